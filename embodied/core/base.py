@@ -1,0 +1,194 @@
+"""Core contracts: the batched VecEnv every task implements (DESIGN.md, "Contracts").
+
+Batched first: every tensor has a leading ``num_envs`` dimension and lives on ``env.device``.
+Observations are a dict of groups (``"policy"`` always, ``"critic"`` for privileged state).
+``step`` returns ``(obs, reward[N], terminated[N], truncated[N], info)``; finished envs are reset
+inside the same step and the last observation of the finished episode is in ``info["final_obs"]``.
+Per-term rewards and task metrics are in ``info["log"]`` (scalars, averaged over the batch).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+
+from embodied.core.errors import UserError
+
+Obs = dict[str, torch.Tensor]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """A requested device that is missing is an error, never a silent fallback."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {device!r} requested but CUDA is not available on this machine")
+    if dev.type not in ("cpu", "cuda"):
+        raise UserError(f"unsupported device {device!r}; use 'cpu' or 'cuda[:i]'")
+    return dev
+
+
+class VecEnv(abc.ABC):
+    """A batch of ``num_envs`` environments stepping in lock-step on one ``device``."""
+
+    num_envs: int
+    device: torch.device
+    single_observation_space: gym.spaces.Dict  # per env, one Box per obs group
+    single_action_space: gym.spaces.Box  # per env
+    max_episode_steps: int
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> tuple[Obs, dict]:
+        """Reset every env. ``seed`` re-seeds the env's generator."""
+
+    @abc.abstractmethod
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """Advance all envs by one control step. ``action: [N, act_dim]`` in the action space."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    # checkpointing: everything needed to continue the env stream exactly
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: Mapping) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+@dataclass
+class StepTerms:
+    """What a task computes after physics for one step (all ``[N]``)."""
+
+    reward_terms: dict[str, torch.Tensor]  # weighted terms; the reward is their sum
+    terminated: torch.Tensor  # bool
+    metrics: dict[str, torch.Tensor] | None = None  # extra per-env scalars to average into info["log"]
+
+
+class ManagedVecEnv(VecEnv):
+    """The step template shared by every task: physics, reward terms, termination, truncation,
+    same-step autoreset with ``final_obs``, and recovery from numerical faults.
+
+    A task implements ``_apply_action``, ``_physics_step``, ``_observe``, ``_compute`` and
+    ``_reset_idx``; this class owns the bookkeeping so no task repeats it.
+    """
+
+    def __init__(self, num_envs: int, device: str | torch.device, seed: int, max_episode_steps: int):
+        if num_envs < 1:
+            raise UserError(f"num_envs must be >= 1, got {num_envs}")
+        self.num_envs = int(num_envs)
+        self.device = resolve_device(device)
+        self.max_episode_steps = int(max_episode_steps)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        self.num_nan_resets = 0  # numerical faults caught and recovered from, since construction
+        self._all_ids = torch.arange(self.num_envs, device=self.device)
+
+    # ---- task hooks -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _reset_idx(self, env_ids: torch.Tensor) -> None:
+        """Sample initial states for ``env_ids`` (long ``[K]``)."""
+
+    @abc.abstractmethod
+    def _apply_action(self, action: torch.Tensor) -> None:
+        """Map the normalized action to controls and advance physics one control step."""
+
+    @abc.abstractmethod
+    def _observe(self) -> Obs:
+        """Observation groups for all envs."""
+
+    @abc.abstractmethod
+    def _compute(self, action: torch.Tensor) -> StepTerms:
+        """Reward terms, termination and metrics after the physics step."""
+
+    def _state_finite(self) -> torch.Tensor:
+        """``[N]`` bool: physics state of each env is finite. Override where the sim has state."""
+        return torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+
+    # ---- public API -------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> tuple[Obs, dict]:
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+        self.episode_length.zero_()
+        self._reset_idx(self._all_ids)
+        return self._observe(), {}
+
+    def step(self, action: torch.Tensor):
+        action = self._check_action(action)
+        self._apply_action(action)
+        self.episode_length += 1
+        terms = self._compute(action)
+        reward = torch.zeros(self.num_envs, device=self.device)
+        for value in terms.reward_terms.values():
+            reward += value
+        terminated = terms.terminated
+        truncated = self.episode_length >= self.max_episode_steps
+        # numerical faults: a non-finite state or reward ends the episode as truncated (no
+        # bootstrap from garbage), the reward is zeroed, the env is reset, and the fault counted
+        bad = ~self._state_finite() | ~torch.isfinite(reward)
+        num_bad = int(bad.sum()) if bad.any() else 0
+        if num_bad:
+            self.num_nan_resets += num_bad
+            reward = torch.where(bad, torch.zeros_like(reward), reward)
+            terminated = terminated & ~bad
+            truncated = truncated | bad
+        done = terminated | truncated
+        obs = self._observe()
+        log = {f"reward/{k}": v.mean() for k, v in terms.reward_terms.items()}
+        if terms.metrics:
+            log.update({k: v.float().mean() for k, v in terms.metrics.items()})
+        log["nan_resets"] = torch.tensor(float(num_bad))
+        info = {"log": log}
+        if done.any():
+            final_obs = {k: v.clone() for k, v in obs.items()}
+            if num_bad:  # never hand non-finite observations to a learner
+                final_obs = {k: torch.nan_to_num(v, 0.0, 0.0, 0.0) for k, v in final_obs.items()}
+            ids = done.nonzero().squeeze(-1)
+            info["final_info"] = self._final_info(done)
+            self.episode_length[ids] = 0
+            self._reset_idx(ids)
+            fresh = self._observe()
+            # envs that did not finish keep the observation already computed (and its noise)
+            obs = {k: torch.where(done.view(-1, *[1] * (v.dim() - 1)), fresh[k], v) for k, v in obs.items()}
+            info["final_obs"] = final_obs
+        else:
+            info["final_obs"] = obs
+        return obs, reward, terminated, truncated, info
+
+    def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-env episode outcome for the envs that just finished (``[N]``, valid where ``done``)."""
+        return {}
+
+    def _check_action(self, action: torch.Tensor) -> torch.Tensor:
+        if not isinstance(action, torch.Tensor):
+            action = torch.as_tensor(action, dtype=torch.float32, device=self.device)
+        expected = (self.num_envs, *self.single_action_space.shape)
+        if tuple(action.shape) != expected:
+            raise ValueError(f"action shape {tuple(action.shape)} != expected {expected}")
+        if action.device != self.device:
+            raise ValueError(f"action on {action.device}, env on {self.device}")
+        return action.to(torch.float32)
+
+    def state_dict(self) -> dict:
+        return {
+            "generator": self.generator.get_state(),
+            "episode_length": self.episode_length.clone(),
+            "num_nan_resets": self.num_nan_resets,
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.generator.set_state(state["generator"])
+        self.episode_length.copy_(state["episode_length"])
+        self.num_nan_resets = int(state["num_nan_resets"])
+
+
+def box(low, high, shape) -> gym.spaces.Box:
+    import numpy as np
+
+    return gym.spaces.Box(low=low, high=high, shape=tuple(shape), dtype=np.float32)

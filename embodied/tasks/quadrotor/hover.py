@@ -1,0 +1,246 @@
+"""quadrotor-hover: RPM-level hover control of a Crazyflie 2.1 from random initial states.
+
+The MDP follows "Learning to Fly in Seconds" (Eschmann et al. 2023; ../shared/reference/quadrotor.md
+1.3): four normalized RPM commands; the actor sees position, rotation matrix, linear and angular
+velocity (with noise) and the last ``action_history`` actions; the critic sees the same without noise
+plus the disturbance force/torque and the true rotor speeds. An episode lasts 5 s at 100 Hz and
+succeeds when the vehicle stays within 0.1 m of the set-point (the origin) for its final 2 s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import torch
+
+from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
+from embodied.core.registry import TaskSpec, register_task
+from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
+from embodied.kernels.quadrotor import GRAVITY
+from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams, QuadrotorSim
+
+
+@dataclass
+class RewardWeights:
+    """r = constant - scale * (position |p|^2 + orientation (1 - q_w^2) + lin_vel |v|^2
+    + action |a - a_hover|^2)   (L2F ``reward_squared_position_only_torque``)."""
+
+    constant: float = 2.0
+    scale: float = 0.5
+    position: float = 5.0
+    orientation: float = 5.0
+    lin_vel: float = 0.01
+    action: float = 0.01
+
+
+@dataclass
+class CurriculumConfig:
+    """Every ``interval`` env steps: weight *= factor, capped (L2F ``src/steps/curriculum.h``)."""
+
+    enabled: bool = True
+    interval: int = 100_000  # env steps summed over the batch
+    position_factor: float = 1.2
+    position_cap: float = 40.0
+    lin_vel_factor: float = 1.4
+    lin_vel_cap: float = 1.0
+    action_factor: float = 1.4
+    action_cap: float = 1.0
+
+
+@dataclass
+class DomainRandomizationConfig:
+    """Per-episode multiplicative ranges ``U(1 - r, 1 + r)`` on the nominal parameters."""
+
+    enabled: bool = False
+    mass: float = 0.1
+    thrust_constant: float = 0.1
+    torque_constant: float = 0.1
+    motor_time_constant: float = 0.2
+    inertia: float = 0.1
+
+
+@dataclass
+class QuadrotorHoverConfig:
+    episode_s: float = 5.0  # [s]
+    success_radius: float = 0.1  # [m]
+    success_hold_s: float = 2.0  # [s] final window that must stay inside the radius
+    termination_radius: float = 0.6  # [m]
+    init_position: float = 0.2  # [m] uniform +-
+    init_max_angle: float = math.pi / 2  # [rad] from upright
+    init_lin_vel: float = 1.0  # [m/s] uniform +-
+    init_ang_vel: float = 1.0  # [rad/s] uniform +-
+    init_guidance: float = 0.1  # probability of starting level at the set-point
+    action_history: int = 32  # past actions in the actor observation
+    obs_noise_position: float = 0.001  # std [m]
+    obs_noise_orientation: float = 0.001  # std, on rotation-matrix entries
+    obs_noise_lin_vel: float = 0.002  # std [m/s]
+    obs_noise_ang_vel: float = 0.002  # std [rad/s]
+    disturbance_force: float = 1.0 / 20.0  # std as a fraction of m g [N / (m g)]
+    disturbance_torque: float = 1.0 / 10000.0  # std as a fraction of m g [N m / (m g)]
+    kernel: str = "auto"  # physics kernel: auto | numba | torch
+    reward: RewardWeights = field(default_factory=RewardWeights)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    domain_randomization: DomainRandomizationConfig = field(default_factory=DomainRandomizationConfig)
+
+
+# ---- reward terms: small pure functions returning [N] ------------------------------------------
+def position_l2(pos_w: torch.Tensor) -> torch.Tensor:
+    """|p|^2 [m^2]."""
+    return (pos_w * pos_w).sum(1)
+
+
+def orientation_qw(quat_wb: torch.Tensor) -> torch.Tensor:
+    """1 - q_w^2 = sin^2(angle / 2), 0 when level with zero yaw."""
+    return 1.0 - quat_wb[:, 0] * quat_wb[:, 0]
+
+
+def lin_vel_l2(lin_vel_w: torch.Tensor) -> torch.Tensor:
+    """|v|^2 [m^2/s^2]."""
+    return (lin_vel_w * lin_vel_w).sum(1)
+
+
+def action_l2(action: torch.Tensor, hover_action: float) -> torch.Tensor:
+    """|a - a_hover|^2 on normalized actions."""
+    d = action - hover_action
+    return (d * d).sum(1)
+
+
+class QuadrotorHoverEnv(ManagedVecEnv):
+    def __init__(self, cfg: QuadrotorHoverConfig, num_envs: int, device="cpu", seed: int = 0):
+        params = QuadrotorParams()
+        super().__init__(num_envs, device, seed, max_episode_steps=round(cfg.episode_s / params.dt))
+        self.cfg = cfg
+        self.params = params
+        self.sim = QuadrotorSim(self.num_envs, self.device, params, kernel=cfg.kernel)
+        self.nominal_p = self.sim.p[:1].clone()
+        self.hover_action = 2.0 * params.hover_rpm / params.rpm_max - 1.0  # 0.334
+        self.weights = RewardWeights(**vars(cfg.reward))  # live copy the curriculum advances
+        self.total_env_steps = 0
+        n, h = self.num_envs, cfg.action_history
+        self.actions = torch.zeros(n, h * 4, device=self.device)  # oldest first
+        self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.success_steps = round(cfg.success_hold_s / params.dt)
+        obs_dim = 18 + 4 * h
+        self.single_observation_space = gym.spaces.Dict(
+            {"policy": box(-math.inf, math.inf, (obs_dim,)), "critic": box(-math.inf, math.inf, (28,))}
+        )
+        self.single_action_space = box(-1.0, 1.0, (4,))
+
+    # ---- initial states ----------------------------------------------------------------------
+    def _uniform(self, k: int, dim: int, scale: float) -> torch.Tensor:
+        return (torch.rand(k, dim, generator=self.generator, device=self.device) * 2 - 1) * scale
+
+    def _reset_idx(self, env_ids: torch.Tensor) -> None:
+        cfg, k = self.cfg, env_ids.numel()
+        x = torch.zeros(k, 17, device=self.device)
+        x[:, 0:3] = self._uniform(k, 3, cfg.init_position)
+        axis = random_unit_vectors(k, self.generator, self.device)
+        angle = torch.rand(k, generator=self.generator, device=self.device) * cfg.init_max_angle
+        x[:, 3:7] = quat_from_axis_angle(axis, angle)
+        x[:, 7:10] = self._uniform(k, 3, cfg.init_lin_vel)
+        x[:, 10:13] = self._uniform(k, 3, cfg.init_ang_vel)
+        guided = torch.rand(k, generator=self.generator, device=self.device) < cfg.init_guidance
+        x[guided, :13] = 0.0
+        x[guided, 3] = 1.0
+        x[:, 13:17] = 0.5 * self.params.rpm_max  # motors start at mid range (L2F)
+        self.sim.set_state_idx(env_ids, x)
+        self.sim.set_params_idx(env_ids, self._sample_params(k))
+        self.actions[env_ids] = 0.0  # the command that holds mid-range rpm
+        self.last_outside[env_ids] = 0
+
+    def _sample_params(self, k: int) -> torch.Tensor:
+        p = self.nominal_p.repeat(k, 1)
+        dr = self.cfg.domain_randomization
+        if dr.enabled:
+            for cols, r in ((slice(0, 1), dr.mass), (slice(1, 4), dr.inertia), (slice(4, 5), dr.thrust_constant),
+                            (slice(5, 6), dr.torque_constant), (slice(6, 7), dr.motor_time_constant)):
+                width = cols.stop - cols.start
+                p[:, cols] *= 1.0 + self._uniform(k, 1, r).expand(k, width)
+        mg = p[:, 0:1] * GRAVITY
+        p[:, 7:10] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * self.cfg.disturbance_force
+        p[:, 10:13] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * self.cfg.disturbance_torque
+        return p
+
+    # ---- step hooks --------------------------------------------------------------------------
+    def _apply_action(self, action: torch.Tensor) -> None:
+        a = action.clamp(-1.0, 1.0)
+        self.actions = torch.cat([self.actions[:, 4:], a], 1)
+        self.sim.step((a + 1.0) * (0.5 * self.params.rpm_max))
+        self.total_env_steps += self.num_envs
+        self._advance_curriculum()
+
+    def _observe(self) -> Obs:
+        cfg, sim = self.cfg, self.sim
+        rot = quat_to_rotmat(sim.quat_wb).reshape(-1, 9)
+        clean = torch.cat([sim.pos_w, rot, sim.lin_vel_w, sim.ang_vel_b], 1)  # [N, 18]
+        std = clean.new_tensor([cfg.obs_noise_position] * 3 + [cfg.obs_noise_orientation] * 9
+                               + [cfg.obs_noise_lin_vel] * 3 + [cfg.obs_noise_ang_vel] * 3)
+        noise = torch.randn(clean.shape, generator=self.generator, device=self.device) * std
+        mg = sim.p[:, 0:1] * GRAVITY
+        critic = torch.cat(
+            [clean, sim.p[:, 7:10] / mg, sim.p[:, 10:13] / (mg * 0.028),
+             sim.rpm * (2.0 / self.params.rpm_max) - 1.0], 1)
+        return {"policy": torch.cat([clean + noise, self.actions], 1), "critic": critic}
+
+    def _compute(self, action: torch.Tensor) -> StepTerms:
+        sim, w = self.sim, self.weights
+        dist = sim.pos_w.norm(dim=1)
+        outside = dist > self.cfg.success_radius
+        self.last_outside = torch.where(outside, self.episode_length, self.last_outside)
+        s = w.scale
+        terms = {
+            "constant": torch.full((self.num_envs,), w.constant, device=self.device),
+            "position": -s * w.position * position_l2(sim.pos_w),
+            "orientation": -s * w.orientation * orientation_qw(sim.quat_wb),
+            "lin_vel": -s * w.lin_vel * lin_vel_l2(sim.lin_vel_w),
+            "action": -s * w.action * action_l2(action.clamp(-1, 1), self.hover_action),
+        }
+        terminated = dist > self.cfg.termination_radius
+        return StepTerms(terms, terminated, {"distance": dist})
+
+    def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
+        held = self.episode_length - self.last_outside
+        survived = self.episode_length >= self.max_episode_steps
+        return {"success": (survived & (held >= self.success_steps)).float()}
+
+    def _state_finite(self) -> torch.Tensor:
+        return self.sim.finite()
+
+    def _advance_curriculum(self) -> None:
+        c = self.cfg.curriculum
+        if not c.enabled or self.total_env_steps // c.interval == (self.total_env_steps - self.num_envs) // c.interval:
+            return
+        w = self.weights
+        w.position = min(w.position * c.position_factor, c.position_cap)
+        w.lin_vel = min(w.lin_vel * c.lin_vel_factor, c.lin_vel_cap)
+        w.action = min(w.action * c.action_factor, c.action_cap)
+
+    # ---- checkpoint --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        s = super().state_dict()
+        s.update(sim=self.sim.get_state(), actions=self.actions.clone(), last_outside=self.last_outside.clone(),
+                 weights=dict(vars(self.weights)), total_env_steps=self.total_env_steps)
+        return s
+
+    def load_state_dict(self, state) -> None:
+        super().load_state_dict(state)
+        self.sim.set_state(state["sim"])
+        self.actions.copy_(state["actions"])
+        self.last_outside.copy_(state["last_outside"])
+        self.weights = RewardWeights(**state["weights"])
+        self.total_env_steps = int(state["total_env_steps"])
+
+
+register_task(
+    TaskSpec(
+        name="quadrotor-hover",
+        make=QuadrotorHoverEnv,
+        config_cls=QuadrotorHoverConfig,
+        description="Crazyflie 2.1 RPM-level hover from random states (Learning to Fly in Seconds)",
+        backends=("torch_vec",),
+        success_metric="success",
+        default_algo="sac",
+    )
+)

@@ -1,0 +1,50 @@
+"""Batched classic pendulum (gymnasium ``Pendulum-v1`` dynamics), semi-implicit Euler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from embodied.sim_backends.base import SimBackend
+
+
+@dataclass(frozen=True)
+class PendulumParams:
+    g: float = 10.0  # [m/s^2]
+    mass: float = 1.0  # [kg]
+    length: float = 1.0  # [m]
+    dt: float = 0.05  # [s]
+    max_speed: float = 8.0  # [rad/s]
+    max_torque: float = 2.0  # [N m]
+
+
+class PendulumSim(SimBackend):
+    """State ``x: [N, 2]`` = (theta [rad], theta_dot [rad/s]); theta = 0 is upright."""
+
+    def __init__(self, num_envs: int, device: torch.device, params: PendulumParams):
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.params = params
+        self.x = torch.zeros(num_envs, 2, device=self.device)
+
+    def step(self, controls: torch.Tensor) -> None:
+        """``controls: [N, 1]`` torque [N m], clipped to ``max_torque``."""
+        p = self.params
+        u = controls[:, 0].clamp(-p.max_torque, p.max_torque)
+        th, thdot = self.x[:, 0], self.x[:, 1]
+        thdot = thdot + (3 * p.g / (2 * p.length) * torch.sin(th) + 3.0 / (p.mass * p.length**2) * u) * p.dt
+        thdot = thdot.clamp(-p.max_speed, p.max_speed)
+        self.x = torch.stack([th + thdot * p.dt, thdot], 1)
+
+    def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
+        self.x[env_ids] = state
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x.clone()}
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.x = state["x"].clone().to(self.device)
+
+    def finite(self) -> torch.Tensor:
+        return torch.isfinite(self.x).all(1)
