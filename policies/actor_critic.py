@@ -1,0 +1,132 @@
+"""Actors and critics. Every actor's deterministic ``act(obs) -> action`` is the exportable path:
+observation normalization sits inside the module, so an exported policy needs no side files."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from embodied.core.registry import POLICIES
+from embodied.policies.networks import EnsembleMLP, mlp
+from embodied.policies.normalizer import EmpiricalNormalizer
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+LOG2 = math.log(2.0)
+
+
+def _normalizer(dim: int, enabled: bool) -> nn.Module:
+    return EmpiricalNormalizer(dim) if enabled else nn.Identity()
+
+
+class GaussianActor(nn.Module):
+    """Diagonal Gaussian with a state-independent log std (PPO). ``obs: [B, obs_dim]``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "tanh",
+                 obs_normalization: bool = True, init_log_std: float = -0.5):
+        super().__init__()
+        self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
+                                obs_normalization=obs_normalization, init_log_std=init_log_std)
+        self.normalizer = _normalizer(obs_dim, obs_normalization)
+        self.net = mlp(obs_dim, list(hidden), act_dim, activation, out_gain=0.01)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(self.normalizer(obs))
+
+    def dist(self, obs: torch.Tensor) -> torch.distributions.Normal:
+        mean = self(obs)
+        return torch.distributions.Normal(mean, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp().expand_as(mean))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs).clamp(-1.0, 1.0)
+
+
+class SquashedGaussianActor(nn.Module):
+    """tanh-squashed Gaussian with state-dependent std (SAC). Actions in (-1, 1)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "tanh",
+                 obs_normalization: bool = False):
+        super().__init__()
+        self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
+                                obs_normalization=obs_normalization)
+        self.act_dim = act_dim
+        self.normalizer = _normalizer(obs_dim, obs_normalization)
+        self.net = mlp(obs_dim, list(hidden), 2 * act_dim, activation)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.net(self.normalizer(obs)).split(self.act_dim, dim=-1)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None):
+        """Reparameterized sample and its log-probability ``[B]`` under the squashed distribution:
+        log pi(a) = log N(u; mu, s) - sum log(1 - tanh(u)^2),
+        with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) for numerical stability."""
+        mean, log_std = self(obs)
+        std = log_std.exp()
+        eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        u = mean + std * eps
+        log_prob = (-0.5 * eps * eps - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = log_prob - (2.0 * (LOG2 - u - F.softplus(-2.0 * u))).sum(-1)
+        return torch.tanh(u), log_prob
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self(obs)[0])
+
+
+class ValueCritic(nn.Module):
+    """V(s) on the critic observation group. ``[B, obs_dim] -> [B]``."""
+
+    def __init__(self, obs_dim: int, hidden: list[int], activation: str = "tanh", obs_normalization: bool = True):
+        super().__init__()
+        self.normalizer = _normalizer(obs_dim, obs_normalization)
+        self.net = mlp(obs_dim, list(hidden), 1, activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(self.normalizer(obs)).squeeze(-1)
+
+
+class TwinQCritic(nn.Module):
+    """Two Q(s, a) heads evaluated as one ensemble. ``[B, obs], [B, act] -> [2, B]``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "tanh",
+                 obs_normalization: bool = False):
+        super().__init__()
+        self.normalizer = _normalizer(obs_dim, obs_normalization)
+        self.net = EnsembleMLP(2, obs_dim + act_dim, list(hidden), 1, activation)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([self.normalizer(obs), action], -1)).squeeze(-1)
+
+
+class DeterministicPolicy(nn.Module):
+    """What ``embodied.load_policy`` returns: ``act(obs_policy) -> action`` with no gradient."""
+
+    def __init__(self, actor: nn.Module):
+        super().__init__()
+        self.actor = actor.eval()
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor.act(obs)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor.act(obs)
+
+
+POLICIES.register("gaussian_mlp", GaussianActor)
+POLICIES.register("squashed_gaussian_mlp", SquashedGaussianActor)
+
+
+def policy_spec(actor: nn.Module) -> dict:
+    """How to rebuild an actor: registry name and constructor kwargs."""
+    names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp"}
+    return {"name": names[type(actor)], "kwargs": dict(actor.init_kwargs)}
+
+
+def build_policy(spec: dict) -> nn.Module:
+    return POLICIES.get(spec["name"])(**spec["kwargs"])
