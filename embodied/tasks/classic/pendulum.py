@@ -67,6 +67,13 @@ class PendulumEnv(ManagedVecEnv):
     def _state_finite(self) -> torch.Tensor:
         return self.sim.finite()
 
+    control_dt = 0.05  # [s]
+
+    def render_frame(self, env_idx: int = 0):
+        from embodied.render import pendulum_frame
+
+        return pendulum_frame(float(self.sim.x[env_idx, 0]), float(self.episode_length[env_idx]) * self.control_dt)
+
     def state_dict(self) -> dict:
         return {**super().state_dict(), "sim": self.sim.get_state()}
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
@@ -216,6 +217,21 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         w.position = min(w.position * c.position_factor, c.position_cap)
         w.lin_vel = min(w.lin_vel * c.lin_vel_factor, c.lin_vel_cap)
         w.action = min(w.action * c.action_factor, c.action_cap)
+
+    # ---- rendering ---------------------------------------------------------------------------
+    control_dt = 0.01  # [s]
+
+    def render_frame(self, env_idx: int = 0):
+        """RGB frame of env ``env_idx`` (3D view, trail of the current episode)."""
+        from embodied.render import quadrotor_frame
+
+        pos = self.sim.pos_w[env_idx].cpu().numpy()
+        trail = getattr(self, "_trail", [])
+        trail = (trail if self.episode_length[env_idx] > 0 else [])[-300:] + [pos]
+        self._trail = trail
+        rot = quat_to_rotmat(self.sim.quat_wb[env_idx]).cpu().numpy()
+        return quadrotor_frame(pos, rot, np.array(trail), float(self.episode_length[env_idx]) * self.control_dt,
+                               self.cfg.success_radius)
 
     # ---- checkpoint --------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -1,0 +1,154 @@
+"""Proximal Policy Optimization (Schulman et al. 2017), every detail visible in one place:
+GAE, clipped surrogate, advantage normalization, optional value clipping, KL early stop,
+asymmetric critic input, truncation bootstrapping, and observation normalization in the modules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from embodied.algos.base import Algorithm, Obs, Transition, critic_dim, critic_obs
+from embodied.algos.gae import gae
+from embodied.config import PolicyConfig, PPOConfig
+from embodied.core.registry import ALGOS
+from embodied.policies import GaussianActor, ValueCritic
+
+
+class RolloutStorage:
+    """``[T, N, ...]`` tensors for one rollout."""
+
+    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, cobs_dim: int, act_dim: int, device):
+        t, n = num_steps, num_envs
+        z = lambda *s: torch.zeros(t, n, *s, device=device)  # noqa: E731
+        self.obs, self.cobs, self.actions = z(obs_dim), z(cobs_dim), z(act_dim)
+        self.log_probs, self.values, self.rewards, self.dones = z(), z(), z(), z()
+        self.step = 0
+        self.num_steps = num_steps
+
+    def full(self) -> bool:
+        return self.step >= self.num_steps
+
+
+class PPO(Algorithm):
+    def __init__(self, cfg: PPOConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
+                 device: torch.device, seed: int, total_steps: int | None = None):
+        self.cfg, self.device = cfg, torch.device(device)
+        obs_dim, cdim, act_dim = obs_space["policy"].shape[0], critic_dim(obs_space), action_space.shape[0]
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        torch.manual_seed(seed)  # network initialization
+        self.pi = GaussianActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
+                                policy.obs_normalization, cfg.init_log_std).to(self.device)
+        self.v = ValueCritic(cdim, policy.critic_hidden, policy.activation, policy.obs_normalization).to(self.device)
+        self.params = [*self.pi.parameters(), *self.v.parameters()]
+        self.opt = torch.optim.Adam(self.params, lr=cfg.lr)
+        self.storage = RolloutStorage(cfg.num_steps, num_envs, obs_dim, cdim, act_dim, self.device)
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None  # (log_prob, value) of the last act
+        self._next_cobs: torch.Tensor | None = None
+        self.num_updates = 0
+
+    @torch.no_grad()
+    def act(self, obs: Obs) -> torch.Tensor:
+        dist = self.pi.dist(obs["policy"])
+        action = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator,
+                                                       device=self.device)
+        self._last = (dist.log_prob(action).sum(-1), self.v(critic_obs(obs)))
+        return action
+
+    @torch.no_grad()
+    def observe(self, tr: Transition) -> None:
+        s, t = self.storage, self.storage.step
+        log_prob, value = self._last
+        reward = tr.reward.clone()
+        # time-limit truncation is not failure: bootstrap r + gamma V(s_final) (Pardo et al. 2018)
+        boot = tr.truncated & ~tr.terminated
+        if boot.any():
+            reward = reward + self.cfg.gamma * boot.float() * self.v(critic_obs(tr.next_obs))
+        s.obs[t], s.cobs[t], s.actions[t] = tr.obs["policy"], critic_obs(tr.obs), tr.action
+        s.log_probs[t], s.values[t], s.rewards[t] = log_prob, value, reward
+        s.dones[t] = (tr.terminated | tr.truncated).float()
+        s.step += 1
+        self._next_cobs = critic_obs(tr.next_obs)
+        for module, x in ((self.pi, tr.obs["policy"]), (self.v, critic_obs(tr.obs))):
+            if hasattr(module.normalizer, "update"):
+                module.normalizer.update(x)
+
+    def update(self) -> dict[str, float]:
+        s, cfg = self.storage, self.cfg
+        if not s.full():
+            return {}
+        with torch.no_grad():
+            adv, returns = gae(s.rewards, s.values, s.dones, self.v(self._next_cobs), cfg.gamma, cfg.gae_lambda)
+        flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+        obs, cobs, actions = flat(s.obs), flat(s.cobs), flat(s.actions)
+        old_logp, old_values, adv, returns = flat(s.log_probs), flat(s.values), flat(adv), flat(returns)
+        batch = obs.shape[0]
+        mb = batch // cfg.num_minibatches
+        stats = {"ppo/policy_loss": 0.0, "ppo/value_loss": 0.0, "ppo/entropy": 0.0, "ppo/approx_kl": 0.0}
+        count, stop = 0, False
+        for _ in range(cfg.num_epochs):
+            perm = torch.randperm(batch, generator=self.generator, device=self.device)
+            for i in range(cfg.num_minibatches):
+                idx = perm[i * mb:(i + 1) * mb]
+                out = self._minibatch_loss(obs[idx], cobs[idx], actions[idx], old_logp[idx], old_values[idx],
+                                           adv[idx], returns[idx])
+                loss, kl = out["loss"], out["ppo/approx_kl"]
+                if cfg.target_kl is not None and kl > 1.5 * cfg.target_kl:
+                    stop = True  # KL early stop: this minibatch moved the policy too far
+                    break
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                self.opt.step()
+                for k in stats:
+                    stats[k] += float(out[k])
+                count += 1
+            if stop:
+                break
+        s.step = 0
+        self.num_updates += 1
+        out = {k: v / max(count, 1) for k, v in stats.items()}
+        out.update({"ppo/minibatches": float(count), "ppo/std": float(self.pi.log_std.detach().exp().mean())})
+        return out
+
+    def _minibatch_loss(self, obs, cobs, actions, old_logp, old_values, adv, returns) -> dict:
+        cfg = self.cfg
+        if cfg.normalize_advantages:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        dist = self.pi.dist(obs)
+        logp = dist.log_prob(actions).sum(-1)
+        log_ratio = logp - old_logp
+        ratio = log_ratio.exp()
+        # L^CLIP = -E[min(r A, clip(r, 1-eps, 1+eps) A)]
+        policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * adv).mean()
+        values = self.v(cobs)
+        if cfg.value_clip is not None:
+            clipped = old_values + (values - old_values).clamp(-cfg.value_clip, cfg.value_clip)
+            value_loss = torch.max((values - returns) ** 2, (clipped - returns) ** 2).mean()
+        else:
+            value_loss = ((values - returns) ** 2).mean()
+        entropy = dist.entropy().sum(-1).mean()
+        loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator (Schulman 2020)
+        return {"loss": loss, "ppo/policy_loss": policy_loss.detach(), "ppo/value_loss": value_loss.detach(),
+                "ppo/entropy": entropy.detach(), "ppo/approx_kl": float(approx_kl)}
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def state_dict(self) -> dict:
+        return {"pi": self.pi.state_dict(), "v": self.v.state_dict(), "opt": self.opt.state_dict(),
+                "generator": self.generator.get_state(), "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.pi.load_state_dict(state["pi"])
+        self.v.load_state_dict(state["v"])
+        self.opt.load_state_dict(state["opt"])
+        self.generator.set_state(state["generator"])
+        self.num_updates = int(state["num_updates"])
+
+
+ALGOS.register("ppo", PPO)

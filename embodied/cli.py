@@ -1,0 +1,94 @@
+"""The ``embodied`` command line: train, eval, tasks.
+
+Errors a user can cause end in one line on stderr and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from embodied.core.errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line instead of usage + message
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="embodied", description="Robotics and embodied RL: train, evaluate, list tasks.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    t = sub.add_parser("train", help="train a policy on a task")
+    t.add_argument("--task", help="task name (see `embodied tasks`)")
+    t.add_argument("--preset", default=None, help="extra preset from configs/, e.g. debug")
+    t.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    t.add_argument("--run-dir", default=None, help="write the run here instead of runs/<task>/<timestamp>")
+    t.add_argument("overrides", nargs="*", help="config overrides key=value (e.g. total_steps=20000 seed=3)")
+    e = sub.add_parser("eval", help="evaluate a trained run")
+    e.add_argument("--run", required=True, help="run directory")
+    e.add_argument("--episodes", type=int, default=100)
+    e.add_argument("--video", action="store_true", help="also write a rollout video into the run directory")
+    e.add_argument("--seed", type=int, default=None, help="initial-state seed (default: the run's eval seed)")
+    sub.add_parser("tasks", help="list registered tasks")
+    return p
+
+
+def _cmd_train(args) -> int:
+    from embodied.config import load_config
+    from embodied.train import resume, train
+
+    if args.resume:
+        total = None
+        for item in args.overrides:  # only the step budget may change on resume
+            key, _, value = item.partition("=")
+            if key != "total_steps" or not value.isdigit():
+                raise UserError(f"on --resume only total_steps=N may be overridden, got {item!r}")
+            total = int(value)
+        run_dir, summary = resume(Path(args.resume), total_steps=total)
+    else:
+        if not args.task:
+            raise UserError("train needs --task (see `embodied tasks`)")
+        cfg = load_config(args.task, args.preset, args.overrides)
+        run_dir, summary = train(cfg, Path(args.run_dir) if args.run_dir else None)
+    print(json.dumps({"run_dir": str(run_dir), **summary}))
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from embodied.evaluate_run import evaluate_run
+
+    if args.episodes < 1:
+        raise UserError("--episodes must be >= 1")
+    result = evaluate_run(Path(args.run), episodes=args.episodes, video=args.video, seed=args.seed)
+    print(json.dumps(result))
+    return 0
+
+
+def _cmd_tasks(_args) -> int:
+    import embodied.tasks  # noqa: F401
+    from embodied.core.registry import TASKS
+
+    for name in TASKS.names():
+        spec = TASKS.get(name)
+        print(f"{name:<18} {spec.description}  [backends: {', '.join(spec.backends)}; algo: {spec.default_algo}]")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks}[args.command](args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

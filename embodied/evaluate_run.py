@@ -1,0 +1,50 @@
+"""``embodied eval``: success rate and mean return of a trained run, and an optional video."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import embodied.tasks  # noqa: F401  (registers tasks)
+from embodied.checkpoint import load_checkpoint, load_policy
+from embodied.config import config_from_dict
+from embodied.core.errors import UserError
+from embodied.core.registry import TASKS
+from embodied.evaluate import evaluate
+from embodied.render import write_video
+from embodied.runners.base import EVAL_SEED_OFFSET
+
+
+def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: int | None = None) -> dict:
+    ckpt = load_checkpoint(run_dir)
+    cfg = config_from_dict(ckpt["config"])
+    policy = load_policy(run_dir)
+    spec = TASKS.get(cfg.task)
+    seed = cfg.seed + EVAL_SEED_OFFSET if seed is None else seed
+    env = spec.make(cfg.env, num_envs=episodes, device=cfg.sim_device, seed=cfg.seed + 1)
+    result = {"task": cfg.task, "step": ckpt["step"], "episodes": episodes,
+              **evaluate(policy.act, env, seed=seed)}
+    if video:
+        result["video"] = str(record_video(policy, spec, cfg, Path(run_dir) / "videos", seed))
+    return result
+
+
+@torch.no_grad()
+def record_video(policy, spec, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
+    """Roll out one episode and draw every ``100 // fps``-th control step (real-time playback)."""
+    env = spec.make(cfg.env, num_envs=1, device="cpu", seed=seed)
+    if not hasattr(env, "render_frame"):
+        raise UserError(f"task {cfg.task!r} has no renderer for --video")
+    obs, _ = env.reset(seed=seed)
+    dt = getattr(env, "control_dt", 0.01)
+    every = max(1, round(1.0 / (fps * dt)))
+    frames = []
+    for t in range(env.max_episode_steps):
+        if t % every == 0:
+            frames.append(env.render_frame())
+        obs, _, terminated, truncated, _ = env.step(policy.act(obs["policy"]))
+        if bool(terminated[0] or truncated[0]):
+            break
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return write_video(frames, out_dir / f"{cfg.task}_seed{seed}.gif", fps=round(1.0 / (every * dt)))

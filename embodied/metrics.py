@@ -1,0 +1,109 @@
+"""Run-directory logging: ``metrics.jsonl``, TensorBoard events, a live progress line, and a
+learning-curve PNG."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _scalar(v) -> float:
+    return float(v.item()) if isinstance(v, torch.Tensor) else float(v)
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, tensorboard: bool, progress: bool, total_steps: int):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "metrics.jsonl"
+        self.total_steps = total_steps
+        self.progress = progress
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.run_dir / "tb"))
+        self._file = open(self.path, "a", buffering=1)  # line-buffered: a killed run keeps its lines
+        self._last_print = 0.0
+
+    def log(self, step: int, metrics: dict) -> dict[str, float]:
+        row = {k: _scalar(v) for k, v in metrics.items()}
+        row = {k: v for k, v in row.items() if math.isfinite(v)}
+        self._file.write(json.dumps({"step": step, **row}) + "\n")
+        if self.writer is not None:
+            for k, v in row.items():
+                self.writer.add_scalar(k, v, step)
+        return row
+
+    def show(self, step: int, sps: float, ret: float | None, success: float | None, force: bool = False) -> None:
+        """Live progress: steps/s, return, success, ETA (one rewritten line on a terminal)."""
+        now = time.monotonic()
+        if not self.progress or (not force and now - self._last_print < 0.5):
+            return
+        self._last_print = now
+        eta = (self.total_steps - step) / sps if sps > 0 else float("inf")
+        parts = [f"step {step:>9,}/{self.total_steps:,}", f"{sps:,.0f} steps/s"]
+        if ret is not None:
+            parts.append(f"return {ret:8.2f}")
+        if success is not None:
+            parts.append(f"success {100 * success:5.1f}%")
+        parts.append(f"ETA {eta:5.0f}s" if math.isfinite(eta) else "ETA ?")
+        end = "\r" if sys.stderr.isatty() and not force else "\n"
+        print(" | ".join(parts), end=end, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self._file.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Rows of a metrics file; a torn last line (killed writer) is skipped."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def plot_learning_curve(run_dir: Path) -> Path | None:
+    """``learning_curve.png``: training return and eval return/success against env steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(Path(run_dir) / "metrics.jsonl")
+    if not rows:
+        return None
+    series = {}
+    for key in ("train/return", "eval/return", "eval/success"):
+        pts = {r["step"]: r[key] for r in rows if key in r}  # last value wins after a resume
+        if pts:
+            series[key] = sorted(pts.items())
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in ("train/return", "eval/return"):
+        if key in series:
+            xs, ys = zip(*series[key])
+            ax.plot(xs, ys, label=key, marker="o" if key.startswith("eval") else None)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("episode return")
+    if "eval/success" in series:
+        ax2 = ax.twinx()
+        xs, ys = zip(*series["eval/success"])
+        ax2.plot(xs, [100 * y for y in ys], color="tab:green", linestyle="--", label="eval/success")
+        ax2.set_ylabel("eval success [%]")
+        ax2.set_ylim(-5, 105)
+    ax.legend(loc="upper left")
+    ax.set_title(Path(run_dir).parent.name)
+    fig.tight_layout()
+    out = Path(run_dir) / "learning_curve.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

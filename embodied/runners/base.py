@@ -1,0 +1,147 @@
+"""What every runner shares: counters, episode statistics, periodic logging, evaluation and
+checkpoints. Each paradigm's runner (on-policy, off-policy) owns only its short loop."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from embodied.algos.base import Algorithm
+from embodied.checkpoint import save_checkpoint
+from embodied.config import RunConfig, to_dict
+from embodied.evaluate import evaluate
+from embodied.metrics import MetricsLogger, plot_learning_curve
+from embodied.policies import policy_spec
+from embodied.runtime.collector import SyncCollector
+
+EVAL_SEED_OFFSET = 10_000  # eval envs draw initial states from a stream the training never sees
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig, collector: SyncCollector, algo: Algorithm, make_eval_env,
+                 run_dir: Path):
+        self.cfg, self.collector, self.algo = cfg, collector, algo
+        self.make_eval_env = make_eval_env  # factory: the eval env is built on first use
+        self._eval_env = None
+        self.run_dir = Path(run_dir)
+        self.logger = MetricsLogger(self.run_dir, cfg.log.tensorboard, cfg.log.progress, cfg.total_steps)
+        self.step = 0  # env steps summed over the batch
+        self.train_time = 0.0  # seconds spent collecting and learning (excludes eval, checkpoints)
+        self._marks = {"log": 0, "eval": 0, "ckpt": 0}
+        self._recent: list[dict] = []
+        self.last_eval: dict[str, float] = {}
+        self.solved_at: dict[str, float] | None = None
+        self._t_start = 0.0
+
+    # ---- loop helpers -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.collector.obs is None:
+            self.collector.reset(seed=self.cfg.seed)
+        self._t_start = time.perf_counter()
+
+    def collect(self):
+        tr = self.collector.step(self.algo.act)
+        self.algo.observe(tr)
+        self.step += tr.reward.shape[0]
+        return tr
+
+    def after_update(self, metrics: dict) -> bool:
+        """Periodic chores after a learning step; returns True when training should stop."""
+        now = time.perf_counter()
+        self.train_time += now - self._t_start
+        episodes = self.collector.pop_episodes()
+        self._recent = (self._recent + episodes)[-100:]
+        log = self.cfg.log
+        if self._due("log", log.log_every) or self.step >= self.cfg.total_steps:
+            self._log_train(metrics)
+        stop = False
+        if (log.eval_every and self._due("eval", log.eval_every)) or self.step >= self.cfg.total_steps:
+            stop = self.run_eval()
+        if log.checkpoint_every and self._due("ckpt", log.checkpoint_every):
+            self.checkpoint()
+        self.logger.show(self.step, self.step / max(self.train_time, 1e-9) if self.train_time else 0.0,
+                         self._recent_mean("return"), self.last_eval.get("eval/success"))
+        self._t_start = time.perf_counter()
+        return stop or self.step >= self.cfg.total_steps
+
+    def _due(self, what: str, every: int) -> bool:
+        if every <= 0 or self.step - self._marks[what] < every:
+            return False
+        self._marks[what] = self.step - self.step % every
+        return True
+
+    def _recent_mean(self, key: str) -> float | None:
+        vals = [e[key] for e in self._recent if key in e]
+        return sum(vals) / len(vals) if vals else None
+
+    def _log_train(self, metrics: dict) -> None:
+        row = dict(metrics)
+        for key in ("return", "length", "success"):
+            v = self._recent_mean(key)
+            if v is not None:
+                row[f"train/{key}"] = v
+        row.update({f"env/{k}": v for k, v in self.collector.log.items()})
+        row["time/train_s"] = self.train_time
+        row["time/steps_per_s"] = self.step / max(self.train_time, 1e-9)
+        self.logger.log(self.step, row)
+
+    def run_eval(self) -> bool:
+        if self._eval_env is None:
+            self._eval_env = self.make_eval_env()
+        actor = self.algo.actor()
+        was_training = actor.training
+        actor.eval()
+        result = evaluate(actor.act, self._eval_env, seed=self.cfg.seed + EVAL_SEED_OFFSET,
+                          learner_device=self.cfg.learner_device)
+        actor.train(was_training)
+        self.last_eval = result
+        self.logger.log(self.step, {**result, "time/train_s": self.train_time})
+        target = self.cfg.stop_success
+        if "eval/success" in result and target is not None and result["eval/success"] >= target:
+            if self.solved_at is None:
+                self.solved_at = {"step": self.step, "train_s": self.train_time}
+                self.logger.log(self.step, {"solved/train_s": self.train_time})
+            return True
+        return False
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def checkpoint(self) -> Path:
+        actor = self.algo.actor()
+        payload = {
+            "format": 1,
+            "config": to_dict(self.cfg),
+            "step": self.step,
+            "train_time": self.train_time,
+            "marks": dict(self._marks),
+            "recent": list(self._recent),
+            "algo": self.algo.state_dict(),
+            "collector": self.collector.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "policy": {"spec": policy_spec(actor), "state": actor.state_dict()},
+        }
+        return save_checkpoint(self.run_dir, self.step, payload)
+
+    def restore(self, ckpt: dict) -> None:
+        self.algo.load_state_dict(ckpt["algo"])
+        self.collector.load_state_dict(ckpt["collector"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        self.step = int(ckpt["step"])
+        self.train_time = float(ckpt["train_time"])
+        self._marks = dict(ckpt["marks"])
+        self._recent = list(ckpt["recent"])
+
+    def finish(self) -> dict:
+        self.checkpoint()
+        self.logger.show(self.step, self.step / max(self.train_time, 1e-9), self._recent_mean("return"),
+                         self.last_eval.get("eval/success"), force=True)
+        self.logger.close()
+        plot_learning_curve(self.run_dir)
+        summary = {"step": self.step, "train_s": self.train_time, **self.last_eval}
+        if self.solved_at:
+            summary["solved_train_s"] = self.solved_at["train_s"]
+        return summary
+
+    def train(self) -> dict:
+        raise NotImplementedError
