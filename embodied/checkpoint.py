@@ -43,7 +43,8 @@ def load_checkpoint(run_dir: Path, device: str = "cpu") -> dict:
     try:
         return torch.load(paths[-1], map_location=device, weights_only=False)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise UserError(f"corrupt checkpoint {paths[-1]}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"corrupt checkpoint {paths[-1]}: {reason}") from None
 
 
 def load_policy(run_dir, device: str = "cpu"):

@@ -80,9 +80,9 @@ class SAC(Algorithm):
         self.q_target.requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = float(cfg.target_entropy if cfg.target_entropy is not None else -act_dim)
-        self.pi_opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr_actor, weight_decay=cfg.weight_decay)
-        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr_critic, weight_decay=cfg.weight_decay)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha)
+        self.pi_opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr_actor, weight_decay=cfg.weight_decay, fused=True)
+        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr_critic, weight_decay=cfg.weight_decay, fused=True)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha, fused=True)
         capacity = min(cfg.buffer_size, total_steps) if total_steps else cfg.buffer_size
         self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
         self.num_observed = 0  # env steps stored
