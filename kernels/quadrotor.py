@@ -169,6 +169,10 @@ def numba_available() -> bool:
 
 def rk4_step_numba_(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float) -> torch.Tensor:
     """In-place numba RK4 on CPU float32 contiguous tensors; returns ``x``."""
+    for name, t in (("state", x), ("params", p), ("controls", u)):
+        if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
+            raise ValueError(f"numba quadrotor kernel needs contiguous float32 CPU tensors; {name} is "
+                             f"{t.dtype} on {t.device}{'' if t.is_contiguous() else ', non-contiguous'}")
     global _numba_kernel
     if _numba_kernel is None:
         _numba_kernel = _build_numba()
@@ -179,10 +183,9 @@ def rk4_step_numba_(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float
 def rk4_step_(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float, impl: str = "auto") -> torch.Tensor:
     """Dispatch: numba on CPU when available, torch elsewhere. Updates ``x`` in place."""
     if impl == "auto":
-        impl = "numba" if x.device.type == "cpu" and numba_available() else "torch"
+        # the kernel computes in float32: other dtypes (float64 for exact-value tests) use torch
+        impl = "numba" if x.device.type == "cpu" and x.dtype == torch.float32 and numba_available() else "torch"
     if impl == "numba":
-        if x.device.type != "cpu":
-            raise ValueError("the numba quadrotor kernel runs on CPU tensors only")
         return rk4_step_numba_(x, p, u.contiguous(), dt)
     if impl == "torch":
         x.copy_(rk4_step_torch(x, p, u, dt))

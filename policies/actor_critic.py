@@ -99,8 +99,9 @@ class TwinQCritic(nn.Module):
         self.normalizer = _normalizer(obs_dim, obs_normalization)
         self.net = EnsembleMLP(2, obs_dim + act_dim, list(hidden), 1, activation)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([self.normalizer(obs), action], -1)).squeeze(-1)
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """``detach``: parameters act as constants (gradient reaches ``action`` only)."""
+        return self.net(torch.cat([self.normalizer(obs), action], -1), detach).squeeze(-1)
 
 
 class DeterministicPolicy(nn.Module):

@@ -40,7 +40,9 @@ class EnsembleLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(num, in_dim, out_dim).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(num, 1, out_dim).uniform_(-bound, bound))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        if detach:  # gradient flows to the input only (e.g. the actor's action through a critic)
+            return torch.baddbmm(self.bias.detach(), x, self.weight.detach())
         return torch.baddbmm(self.bias, x, self.weight)
 
 
@@ -54,11 +56,11 @@ class EnsembleMLP(nn.Module):
         self.layers = nn.ModuleList(EnsembleLinear(num, a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.act = activation(act)()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.num, -1, -1)
         for i, layer in enumerate(self.layers):
-            x = layer(x)
+            x = layer(x, detach)
             if i < len(self.layers) - 1:
                 x = self.act(x)
         return x

@@ -80,9 +80,13 @@ class SAC(Algorithm):
         self.q_target.requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = float(cfg.target_entropy if cfg.target_entropy is not None else -act_dim)
-        self.pi_opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr_actor, weight_decay=cfg.weight_decay, fused=True)
-        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr_critic, weight_decay=cfg.weight_decay, fused=True)
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.lr_alpha, fused=True)
+        # one fused Adam over three groups: a single optimizer call per gradient step (CPU dispatch
+        # overhead, not FLOPs, dominates these small networks)
+        self.opt = torch.optim.Adam(
+            [{"params": list(self.q.parameters()), "lr": cfg.lr_critic, "weight_decay": cfg.weight_decay},
+             {"params": list(self.pi.parameters()), "lr": cfg.lr_actor, "weight_decay": cfg.weight_decay},
+             {"params": [self.log_alpha], "lr": cfg.lr_alpha, "weight_decay": 0.0}],
+            fused=True)
         capacity = min(cfg.buffer_size, total_steps) if total_steps else cfg.buffer_size
         self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
         self.num_observed = 0  # env steps stored
@@ -90,6 +94,7 @@ class SAC(Algorithm):
         self._credit = 0.0  # fractional critic steps owed (updates_per_step * env steps)
         self._q_params = list(self.q.parameters())
         self._qt_params = list(self.q_target.parameters())
+        self._pi_params = list(self.pi.parameters())
 
     # ---- verbs -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -125,47 +130,52 @@ class SAC(Algorithm):
             nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm, foreach=True)
 
     def _gradient_step(self) -> dict[str, torch.Tensor]:
+        """One critic step and, every ``actor_every``-th call, one actor and temperature step, all
+        from one sampled batch with a single backward pass:
+            y       = r + gamma (1 - terminated) (min_j Q'_j(s', a') - alpha log pi(a'|s')),  a' ~ pi(s')
+            L_Q     = 1/2 sum_j E[(Q_j(s, a) - y)^2]
+            L_pi    = E[alpha log pi(a~|s) - min_j Q_j(s, a~)],  a~ ~ pi(s), Q's parameters held constant
+            L_alpha = E[-log alpha (log pi(a~|s) + H_target)]
+        The actor is evaluated once on [s; s'] (a' is detached)."""
         cfg = self.cfg
         b = self.buffer.sample(cfg.batch_size, self.generator)
         alpha = self.log_alpha.detach().exp()
+        actor_step = (self.num_updates + 1) % cfg.actor_every == 0
+        bsz = cfg.batch_size
+        if actor_step:
+            a_all, logp_all = self.pi.sample(torch.cat([b["obs"], b["next_obs"]]), self.generator)
+            a_pi, logp_pi = a_all[:bsz], logp_all[:bsz]
+            next_a, next_logp = a_all[bsz:].detach(), logp_all[bsz:].detach()
+        else:
+            with torch.no_grad():
+                next_a, next_logp = self.pi.sample(b["next_obs"], self.generator)
         with torch.no_grad():
-            next_a, next_logp = self.pi.sample(b["next_obs"], self.generator)
             q_next = self.q_target(b["next_cobs"], next_a).min(0).values - alpha * next_logp
-            # y = r + gamma (1 - terminated) (min_j Q'_j(s', a') - alpha log pi(a'|s'))
             target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q_next
         q = self.q(b["cobs"], b["action"])  # [2, B]
-        q_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
-        self.q_opt.zero_grad(set_to_none=True)
-        q_loss.backward()
-        self._clip(self._q_params)
-        self.q_opt.step()
-        self.num_updates += 1
+        loss = q_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
         metrics = {"sac/critic_loss": q_loss.detach(), "sac/q_mean": q.detach().mean(), "sac/alpha": alpha}
-        if self.num_updates % cfg.actor_every == 0:
-            self.q.requires_grad_(False)
-            a, logp = self.pi.sample(b["obs"], self.generator)
-            pi_loss = (alpha * logp - self.q(b["cobs"], a).min(0).values).mean()
-            self.pi_opt.zero_grad(set_to_none=True)
-            pi_loss.backward()
-            self._clip(self.pi.parameters())
-            self.pi_opt.step()
-            self.q.requires_grad_(True)
-            # J(alpha) = E[-alpha (log pi + H_target)], optimized in log space
-            alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-            self.alpha_opt.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_opt.step()
-            metrics.update({"sac/actor_loss": pi_loss.detach(), "sac/entropy": -logp.detach().mean()})
-        with torch.no_grad():
-            torch._foreach_lerp_(self._qt_params, self._q_params, cfg.tau)  # theta' <- theta' + tau (theta - theta')
+        if actor_step:
+            pi_loss = (alpha * logp_pi - self.q(b["cobs"], a_pi, detach=True).min(0).values).mean()
+            alpha_loss = -(self.log_alpha * (logp_pi.detach() + self.target_entropy)).mean()
+            loss = loss + pi_loss + alpha_loss
+            metrics.update({"sac/actor_loss": pi_loss.detach(), "sac/entropy": -logp_pi.detach().mean()})
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self._clip(self._q_params)
+        if actor_step:
+            self._clip(self._pi_params)
+        self.opt.step()
+        self.num_updates += 1
+        with torch.no_grad():  # Polyak: theta' <- theta' + tau (theta - theta')
+            torch._foreach_lerp_(self._qt_params, self._q_params, cfg.tau)
         return metrics
 
     # ---- checkpoint --------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {
             "pi": self.pi.state_dict(), "q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(), "pi_opt": self.pi_opt.state_dict(),
-            "q_opt": self.q_opt.state_dict(), "alpha_opt": self.alpha_opt.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(), "opt": self.opt.state_dict(),
             "buffer": self.buffer.state_dict(), "generator": self.generator.get_state(),
             "num_observed": self.num_observed, "num_updates": self.num_updates, "credit": self._credit,
         }
@@ -176,9 +186,7 @@ class SAC(Algorithm):
         self.q_target.load_state_dict(state["q_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.pi_opt.load_state_dict(state["pi_opt"])
-        self.q_opt.load_state_dict(state["q_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.opt.load_state_dict(state["opt"])
         self.buffer.load_state_dict(state["buffer"])
         self.generator.set_state(state["generator"])
         self.num_observed = int(state["num_observed"])

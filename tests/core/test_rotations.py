@@ -9,7 +9,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from embodied.sim_backends.torch_vec.pendulum import PendulumParams, PendulumSim
 
 from embodied.core.rotations import (
     quat_conj,
@@ -20,6 +19,7 @@ from embodied.core.rotations import (
     random_unit_vectors,
     tilt_angle,
 )
+from embodied.sim_backends.torch_vec.pendulum import PendulumParams, PendulumSim
 
 F64 = torch.float64
 ONE = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=F64)
@@ -144,9 +144,7 @@ def test_quat_to_rotmat_orthonormal_and_consistent_with_rotate():
 # ---- axis-angle, tilt ---------------------------------------------------------------------------
 def test_quat_from_axis_angle():
     torch.testing.assert_close(quat_from_axis_angle(t(0, 0, 1), scalar(math.pi / 2)), t(S, 0, 0, S))
-    torch.testing.assert_close(
-        quat_from_axis_angle(t(1, 0, 0), scalar(math.pi)), t(0, 1, 0, 0), rtol=0, atol=1e-16
-    )
+    torch.testing.assert_close(quat_from_axis_angle(t(1, 0, 0), scalar(math.pi)), t(0, 1, 0, 0), rtol=0, atol=1e-16)
     torch.testing.assert_close(quat_from_axis_angle(t(0, 1, 0), scalar(0.0)), ONE)
     # batched: angle [N], axis [N, 3]
     axis = random_unit_vectors(10, torch.Generator().manual_seed(0), "cpu").to(F64)
@@ -173,9 +171,7 @@ def test_tilt_angle():
         torch.testing.assert_close(tilt_angle(quat_from_axis_angle(x_axis, a)), a, rtol=0, atol=1e-7)
         torch.testing.assert_close(tilt_angle(quat_from_axis_angle(y_axis, a)), a, rtol=0, atol=1e-7)
         # pure yaw never tilts
-        torch.testing.assert_close(
-            tilt_angle(quat_from_axis_angle(z_axis, a)), scalar(0.0), rtol=0, atol=1e-7
-        )
+        torch.testing.assert_close(tilt_angle(quat_from_axis_angle(z_axis, a)), scalar(0.0), rtol=0, atol=1e-7)
     torch.testing.assert_close(tilt_angle(t(0, 1, 0, 0)), scalar(math.pi))  # upside down
     # batched and equal to the angle between body z and world z
     q = random_quats(20, seed=8)
@@ -204,9 +200,7 @@ def test_pendulum_matches_gymnasium():
             env.step(np.array([u[i, 0].item()], dtype=np.float32))
             states[i] = np.asarray(env.unwrapped.state, dtype=np.float64)
         expected = torch.tensor(np.stack(states), dtype=torch.float32)
-        torch.testing.assert_close(
-            sim.x, expected, rtol=1e-5, atol=1e-5, msg=lambda m, k=step: f"step {k}: {m}"
-        )
+        torch.testing.assert_close(sim.x, expected, rtol=1e-5, atol=1e-5, msg=lambda m, k=step: f"step {k}: {m}")
         max_speed = max(max_speed, float(np.abs(np.stack(states)[:, 1]).max()))
     assert max_speed == pytest.approx(8.0)  # speed clip was exercised
     env.close()

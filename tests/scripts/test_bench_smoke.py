@@ -1,0 +1,59 @@
+"""Smoke test of the quadrotor benchmark script: it runs, and its JSON has the documented keys.
+No timing asserts: timings belong in the benchmark's output, not in the test suite (STYLE.md 13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "bench_quadrotor_sim.py"
+
+
+def run_quick(env: dict | None = None) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)  # exactly one JSON object on stdout
+
+
+def test_bench_quadrotor_sim_quick():
+    out = run_quick()
+    assert out["benchmark"] == "quadrotor_sim"
+    assert out["quick"] is True
+    sizes = [str(n) for n in out["sizes"]]
+    assert sizes == ["1", "64"]
+    for name in ("sim_numba", "sim_torch", "task_step", "task_done_fraction"):
+        assert set(out["ours"][name]) == set(sizes), name
+        assert all(v >= 0 for v in out["ours"][name].values()), name
+    for name in ("sim_numba_over_l2f_step", "sim_torch_over_l2f_step", "task_step_over_l2f_full_loop"):
+        assert set(out["ratio_ours_over_l2f"][name]) == set(sizes), name
+    assert {"sim_numba", "sim_torch", "task_step"} <= set(out["per_call_us_at_N1"])
+    if out["l2f"] is None:  # the peer is optional; then the reason is given
+        assert isinstance(out["l2f_unavailable_reason"], str) and out["l2f_unavailable_reason"]
+    else:
+        assert out["l2f_unavailable_reason"] is None
+        for name in ("step", "full_loop", "layout"):
+            assert set(out["l2f"][name]) == set(sizes), name
+        assert {"l2f_step", "l2f_full_loop"} <= set(out["per_call_us_at_N1"])
+
+
+def test_bench_quadrotor_sim_without_l2f(tmp_path):
+    """The peer missing (a module on PYTHONPATH that fails to import) gives ``"l2f": null`` and a
+    reason, and ours is still reported."""
+    (tmp_path / "l2f.py").write_text('raise ImportError("l2f blocked by the smoke test")\n')
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    out = run_quick(env)
+    assert out["l2f"] is None
+    assert "blocked by the smoke test" in out["l2f_unavailable_reason"]
+    assert set(out["ours"]["sim_numba"]) == {"1", "64"}
+    assert all(v is None for v in out["ratio_ours_over_l2f"]["sim_numba_over_l2f_step"].values())
