@@ -83,6 +83,7 @@ class RunConfig:
     total_steps: int = 200_000  # env steps summed over the batch
     sim_device: str = "cpu"
     learner_device: str = "cpu"
+    torch_threads: int = 1  # intra-op threads; small networks run fastest (and steadiest) on one
     stop_success: float | None = None  # stop once periodic eval success >= this (None: never)
     env: Any = None  # the task's config dataclass
     policy: PolicyConfig = field(default_factory=PolicyConfig)

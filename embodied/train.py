@@ -33,6 +33,9 @@ def new_run_dir(cfg: RunConfig) -> Path:
 
 def build(cfg: RunConfig, run_dir: Path):
     spec = TASKS.get(cfg.task)
+    if cfg.torch_threads < 1:
+        raise UserError(f"torch_threads must be >= 1, got {cfg.torch_threads}")
+    torch.set_num_threads(cfg.torch_threads)
     algo_cls = ALGOS.get(cfg.algo)
     sim_device, learner_device = resolve_device(cfg.sim_device), resolve_device(cfg.learner_device)
     if cfg.num_envs < 1 or cfg.total_steps < 1:

@@ -19,7 +19,7 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_v
     adv = torch.zeros_like(rewards)
     next_adv = torch.zeros_like(last_values)
     next_value = last_values
-    not_done = 1.0 - dones.float()
+    not_done = 1.0 - dones.to(rewards.dtype)
     for t in reversed(range(num_steps)):
         delta = rewards[t] + gamma * next_value * not_done[t] - values[t]
         next_adv = delta + gamma * lam * not_done[t] * next_adv

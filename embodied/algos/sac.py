@@ -36,6 +36,10 @@ class ReplayBuffer:
     def add(self, **batch: torch.Tensor) -> None:
         n = batch["reward"].shape[0]
         row = torch.cat([batch[k].reshape(n, -1) for k in self.slices], 1)
+        if n > self.capacity:  # only the newest `capacity` rows survive; keep the slot they would take
+            self.pos = (self.pos + n - self.capacity) % self.capacity
+            self.size = min(self.size + n - self.capacity, self.capacity)
+            row, n = row[-self.capacity:], self.capacity
         end = self.pos + n
         if end <= self.capacity:
             self.storage[self.pos:end] = row

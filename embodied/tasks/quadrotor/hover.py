@@ -26,7 +26,8 @@ from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams, Quadrotor
 @dataclass
 class RewardWeights:
     """r = constant - scale * (position |p|^2 + orientation (1 - q_w^2) + lin_vel |v|^2
-    + action |a - a_hover|^2)   (L2F ``reward_squared_position_only_torque``)."""
+    + action |a - a_hover|^2) - termination_penalty [terminated]
+    (L2F ``reward_squared_position_only_torque``; L2F's termination penalty defaults to 0)."""
 
     constant: float = 2.0
     scale: float = 0.5
@@ -34,6 +35,7 @@ class RewardWeights:
     orientation: float = 5.0
     lin_vel: float = 0.01
     action: float = 0.01
+    termination_penalty: float = 0.0
 
 
 @dataclass
@@ -199,6 +201,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             "action": -s * w.action * action_l2(action.clamp(-1, 1), self.hover_action),
         }
         terminated = dist > self.cfg.termination_radius
+        terms["termination"] = -w.termination_penalty * terminated.float()
         return StepTerms(terms, terminated, {"distance": dist})
 
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:

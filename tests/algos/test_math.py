@@ -1,0 +1,352 @@
+"""Exact-value tests for the learning math (STYLE.md rule 11): GAE, the observation normalizer, the
+squashed-Gaussian log-probability, the ensemble critic, the replay buffer, PPO's clipped surrogate
+and truncation bootstrap, and SAC's critic target. Hand-computed numbers carry their arithmetic."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.distributions import Normal, TanhTransform, TransformedDistribution
+
+from embodied.algos.base import Transition
+from embodied.algos.gae import gae
+from embodied.algos.ppo import PPO
+from embodied.algos.sac import SAC, ReplayBuffer
+from embodied.config import PolicyConfig, PPOConfig, SACConfig
+from embodied.core.base import box
+from embodied.policies import EmpiricalNormalizer, SquashedGaussianActor, TwinQCritic
+from embodied.policies.networks import EnsembleMLP
+
+F64 = torch.float64
+
+
+def t64(*rows) -> torch.Tensor:
+    return torch.tensor(rows, dtype=F64)
+
+
+def spaces(obs_dim: int, act_dim: int):
+    return gym.spaces.Dict({"policy": box(-1, 1, (obs_dim,))}), box(-1.0, 1.0, (act_dim,))
+
+
+# ---- GAE ----------------------------------------------------------------------------------------
+def test_gae_hand_computed():
+    # gamma = 0.9, lambda = 0.8, so gamma * lambda = 0.72. T = 3 steps, N = 2 envs.
+    # env 0: the episode ends at t = 1 (mid-rollout); t = 2 starts a new one and bootstraps from
+    #        last_values[0] = 2.0.
+    #   t=2: delta = 3 + 0.9 * 2.0 - 1.5            = 3.3    A = 3.3
+    #   t=1: delta = 2 + 0 (done)  - 1.0            = 1.0    A = 1.0 + 0 (done)          = 1.0
+    #   t=0: delta = 1 + 0.9 * 1.0 - 0.5            = 1.4    A = 1.4 + 0.72 * 1.0        = 2.12
+    # env 1: the episode ends at the last step, so last_values[1] = 10 must be ignored.
+    #   t=2: delta = 0 + 0 (done)  - (-1)           = 1.0    A = 1.0
+    #   t=1: delta = -1 + 0.9 * (-1) - 0            = -1.9   A = -1.9 + 0.72 * 1.0       = -1.18
+    #   t=0: delta = 0.5 + 0.9 * 0 - 1              = -0.5   A = -0.5 + 0.72 * (-1.18)   = -1.3496
+    # returns R = A + V.
+    # float32, the rollout dtype (gae computes 1 - done in float32, so float64 inputs gain nothing)
+    rewards = torch.tensor([[1.0, 0.5], [2.0, -1.0], [3.0, 0.0]])
+    values = torch.tensor([[0.5, 1.0], [1.0, 0.0], [1.5, -1.0]])
+    dones = torch.tensor([[False, False], [True, False], [False, True]])
+    last_values = torch.tensor([2.0, 10.0])
+    adv, ret = gae(rewards, values, dones, last_values, gamma=0.9, lam=0.8)
+    expected_adv = torch.tensor([[2.12, -1.3496], [1.0, -1.18], [3.3, 1.0]])
+    torch.testing.assert_close(adv, expected_adv, rtol=0, atol=1e-6)
+    expected_ret = torch.tensor([[2.62, -0.3496], [2.0, -1.18], [4.8, 0.0]])
+    torch.testing.assert_close(ret, expected_ret, rtol=0, atol=1e-6)
+
+
+def test_gae_lambda_one_is_discounted_return_minus_value():
+    # lambda = 1: A_t = sum_k gamma^k r_{t+k} + gamma^(T-t) V_T - V_t (no episode end).
+    # r = (1, 1), V = (0.3, 0.7), V_T = 4, gamma = 0.5:
+    #   A_1 = 1 + 0.5 * 4 - 0.7 = 2.3;  A_0 = 1 + 0.5 * 1 + 0.25 * 4 - 0.3 = 2.2
+    adv, _ = gae(torch.tensor([[1.0], [1.0]]), torch.tensor([[0.3], [0.7]]), torch.zeros(2, 1),
+                 torch.tensor([4.0]), gamma=0.5, lam=1.0)
+    torch.testing.assert_close(adv, torch.tensor([[2.2], [2.3]]), rtol=0, atol=1e-6)
+
+
+# ---- EmpiricalNormalizer --------------------------------------------------------------------------
+def test_normalizer_matches_numpy_over_concatenation():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, (5, 3)), rng.normal(-1.0, 0.5, (1, 3)), rng.normal(10.0, 4.0, (17, 3))]
+    norm = EmpiricalNormalizer(3).double()  # statistics in float64: only the merge math is tested
+    for b in batches:
+        norm.update(torch.from_numpy(b))
+    norm.update(torch.zeros(0, 3, dtype=F64))  # an empty batch changes nothing
+    full = np.concatenate(batches)
+    np.testing.assert_allclose(norm.mean.numpy(), full.mean(0), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(norm.var.numpy(), full.var(0), rtol=0, atol=1e-10)  # population variance
+    assert float(norm.count) == 23
+
+
+def test_normalizer_float32_buffers_track_numpy():
+    rng = np.random.default_rng(1)
+    batches = [rng.normal(0.5, 1.5, (64, 2)).astype(np.float32) for _ in range(10)]
+    norm = EmpiricalNormalizer(2)
+    for b in batches:
+        norm.update(torch.from_numpy(b))
+    full = np.concatenate(batches).astype(np.float64)
+    np.testing.assert_allclose(norm.mean.numpy(), full.mean(0), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(norm.var.numpy(), full.var(0), rtol=1e-6, atol=1e-6)
+
+
+def test_normalizer_forward_and_clip():
+    norm = EmpiricalNormalizer(2, eps=1e-8, clip=5.0).double()
+    norm.mean.copy_(t64(1.0, -2.0))
+    norm.var.copy_(t64(4.0, 0.25))
+    # y = (x - mean) / sqrt(var + eps): ((3 - 1) / sqrt(4 + 1e-8), (-1.5 + 2) / sqrt(0.25 + 1e-8))
+    y = norm(t64([3.0, -1.5]))
+    expected = t64([2.0 / math.sqrt(4.0 + 1e-8), 0.5 / math.sqrt(0.25 + 1e-8)])
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-15)
+    # (100 - 1) / 2 = 49.5 -> 5; (-100 + 2) / 0.5 = -196 -> -5; (2 - 1) / 2 = 0.5 stays
+    y = norm(t64([100.0, -100.0], [2.0, -2.0]))
+    torch.testing.assert_close(y, t64([5.0, -5.0], [1.0 / math.sqrt(4.0 + 1e-8), 0.0]), rtol=0, atol=1e-15)
+
+
+# ---- SquashedGaussianActor.sample -------------------------------------------------------------------
+@pytest.mark.parametrize("mean_shift", [0.0, 8.0])  # 8: |u| large, where 1 - tanh(u)^2 underflows naively
+def test_squashed_gaussian_log_prob_matches_torch_distributions(mean_shift):
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, [16], "tanh", obs_normalization=False).double()
+    with torch.no_grad():
+        actor.net[-1].bias[:2] += mean_shift  # first act_dim outputs are the mean
+    obs = torch.randn(6, 3, dtype=F64)
+    action, log_prob = actor.sample(obs, torch.Generator().manual_seed(7))
+
+    mean, log_std = actor(obs)
+    eps = torch.randn(mean.shape, generator=torch.Generator().manual_seed(7), dtype=F64)  # same noise
+    u = mean + log_std.exp() * eps
+    tanh = TanhTransform(cache_size=1)
+    reference = TransformedDistribution(Normal(mean, log_std.exp()), [tanh])
+    a_ref = tanh(u)  # caches u, so log_prob inverts tanh exactly
+    torch.testing.assert_close(action, a_ref, rtol=0, atol=1e-15)
+    expected = reference.log_prob(a_ref).sum(-1)
+    assert log_prob.shape == (6,)
+    assert torch.isfinite(log_prob).all()
+    torch.testing.assert_close(log_prob, expected, rtol=1e-12, atol=1e-10)
+
+
+# ---- EnsembleMLP / TwinQCritic ------------------------------------------------------------------------
+def member_as_linears(net: EnsembleMLP, e: int, act: type[nn.Module]) -> nn.Sequential:
+    """Member ``e`` of an ensemble rebuilt as plain ``nn.Linear`` layers with the same weights."""
+    layers: list[nn.Module] = []
+    for i, layer in enumerate(net.layers):
+        in_dim, out_dim = layer.weight.shape[1:]
+        lin = nn.Linear(in_dim, out_dim).double()
+        with torch.no_grad():
+            lin.weight.copy_(layer.weight[e].T)  # EnsembleLinear stores [E, in, out]; nn.Linear [out, in]
+            lin.bias.copy_(layer.bias[e, 0])
+        layers.append(lin)
+        if i < len(net.layers) - 1:
+            layers.append(act())
+    return nn.Sequential(*layers)
+
+
+def test_twin_q_equals_separate_members():
+    torch.manual_seed(0)
+    q = TwinQCritic(3, 2, [5, 4], "tanh").double()
+    obs, action = torch.randn(7, 3, dtype=F64), torch.randn(7, 2, dtype=F64)
+    out = q(obs, action)
+    assert out.shape == (2, 7)
+    x = torch.cat([obs, action], -1)
+    for e in range(2):
+        expected = member_as_linears(q.net, e, nn.Tanh)(x).squeeze(-1)
+        torch.testing.assert_close(out[e], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_ensemble_mlp_per_member_inputs():
+    torch.manual_seed(1)
+    net = EnsembleMLP(3, 4, [6], 2, "relu").double()
+    x = torch.randn(3, 5, 4, dtype=F64)  # [E, B, in]: a different batch per member
+    out = net(x)
+    assert out.shape == (3, 5, 2)
+    for e in range(3):
+        torch.testing.assert_close(out[e], member_as_linears(net, e, nn.ReLU)(x[e]), rtol=1e-12, atol=1e-12)
+
+
+# ---- ReplayBuffer -------------------------------------------------------------------------------------
+OBS, COBS, ACT = 2, 3, 1
+
+
+def rows(ids) -> dict[str, torch.Tensor]:
+    """Transitions whose every field encodes its row id ``i``, so a sample can be checked field by field."""
+    i = torch.as_tensor(ids, dtype=torch.float32)[:, None]
+    return {"obs": i + torch.tensor([0.0, 0.01]), "cobs": i + torch.tensor([0.1, 0.11, 0.12]),
+            "action": i + 0.2, "reward": (i + 0.3).squeeze(1), "done": (i % 2).squeeze(1),
+            "next_obs": i + torch.tensor([0.4, 0.41]), "next_cobs": i + torch.tensor([0.5, 0.51, 0.52])}
+
+
+def assert_rows(batch: dict[str, torch.Tensor], ids) -> None:
+    expected = rows(ids)
+    assert set(batch) == set(expected)
+    for k, v in expected.items():
+        assert batch[k].shape == v.shape, k
+        torch.testing.assert_close(batch[k], v, rtol=0, atol=0, msg=k)
+
+
+def slot_ids(buf: ReplayBuffer) -> list[int]:
+    return [round(float(x)) for x in buf.storage[:, 0]]
+
+
+def test_replay_buffer_wraparound_keeps_newest_rows():
+    buf = ReplayBuffer(5, OBS, COBS, ACT, torch.device("cpu"))
+    buf.add(**rows([0, 1, 2]))
+    assert (buf.size, buf.pos) == (3, 3)
+    buf.add(**rows([3, 4, 5]))  # 3, 4 fill slots 3, 4; 5 wraps to slot 0 (overwriting row 0)
+    assert (buf.size, buf.pos) == (5, 1)
+    assert slot_ids(buf) == [5, 1, 2, 3, 4]
+    buf.add(**rows([6, 7, 8]))  # slots 1, 2, 3
+    assert (buf.size, buf.pos) == (5, 4)
+    assert slot_ids(buf) == [5, 6, 7, 8, 4]  # exactly the newest 5 rows
+    stored = {k: buf.storage[:, s] for k, s in buf.slices.items()}  # every field of every slot
+    stored["reward"], stored["done"] = stored["reward"].squeeze(1), stored["done"].squeeze(1)
+    assert_rows(stored, [5, 6, 7, 8, 4])
+
+
+def test_replay_buffer_add_more_rows_than_capacity():
+    buf = ReplayBuffer(4, OBS, COBS, ACT, torch.device("cpu"))
+    buf.add(**rows([0, 1, 2]))  # pos = 3
+    buf.add(**rows([3, 4, 5, 6, 7, 8]))  # 6 rows > capacity 4: the newest are 5, 6, 7, 8
+    assert buf.size == 4
+    # the same slots as writing the 6 rows one by one from slot 3: 3,0,1,2,3,0
+    assert slot_ids(buf) == [8, 5, 6, 7] and buf.pos == 1
+
+
+def test_replay_buffer_sample_returns_stored_rows():
+    buf = ReplayBuffer(8, OBS, COBS, ACT, torch.device("cpu"))
+    buf.add(**rows(range(6)))
+    batch = buf.sample(32, torch.Generator().manual_seed(3))
+    ids = torch.randint(6, (32,), generator=torch.Generator().manual_seed(3))  # the same draw
+    assert_rows(batch, ids.tolist())
+    assert batch["reward"].shape == (32,) and batch["done"].shape == (32,)
+
+
+def test_replay_buffer_state_dict_round_trip():
+    buf = ReplayBuffer(5, OBS, COBS, ACT, torch.device("cpu"))
+    buf.add(**rows([0, 1, 2, 3]))
+    state = copy.deepcopy(buf.state_dict())
+    other = ReplayBuffer(5, OBS, COBS, ACT, torch.device("cpu"))
+    other.load_state_dict(state)
+    assert (other.size, other.pos) == (4, 4)
+    torch.testing.assert_close(other.storage, buf.storage, rtol=0, atol=0)
+    for b in (buf, other):  # both continue identically: 4 -> slot 4, 5 -> slot 0
+        b.add(**rows([4, 5]))
+    torch.testing.assert_close(other.storage, buf.storage, rtol=0, atol=0)
+    assert slot_ids(other) == [5, 1, 2, 3, 4]
+    a, b = (x.sample(16, torch.Generator().manual_seed(0)) for x in (buf, other))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+
+
+# ---- PPO -------------------------------------------------------------------------------------------
+def make_ppo(num_envs: int = 4, **ppo) -> PPO:
+    obs_space, act_space = spaces(2, 1)
+    return PPO(PPOConfig(**ppo), PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space,
+               num_envs, torch.device("cpu"), seed=0)
+
+
+def test_ppo_clipped_surrogate_hand_example():
+    algo = make_ppo(clip=0.2, normalize_advantages=False, value_clip=0.1, value_coef=0.5, entropy_coef=0.01)
+    algo.pi.double()
+    algo.v.double()
+    with torch.no_grad():  # mean 0, std 0.5 for every observation; V = 0.5 for every observation
+        algo.pi.net[-1].weight.zero_()
+        algo.pi.net[-1].bias.zero_()
+        algo.pi.log_std.fill_(math.log(0.5))
+        algo.v.net[-1].weight.zero_()
+        algo.v.net[-1].bias.fill_(0.5)
+    obs = torch.randn(4, 2, dtype=F64)
+    actions = t64([0.1], [-0.2], [0.3], [0.0])
+    # log N(a; 0, 0.5) = -0.5 (a / 0.5)^2 - log 0.5 - 0.5 log(2 pi); old_logp is set so that the
+    # ratio pi / pi_old is exactly r = (1.5, 0.5, 0.9, 1.3)
+    ratio = t64(1.5, 0.5, 0.9, 1.3)
+    logp = -0.5 * (actions[:, 0] / 0.5) ** 2 - math.log(0.5) - 0.5 * math.log(2 * math.pi)
+    old_logp = logp - ratio.log()
+    adv = t64(1.0, -1.0, 2.0, -2.0)
+    # min(r A, clip(r, 0.8, 1.2) A):
+    #   r=1.5, A= 1: min( 1.5,  1.2) =  1.2   (clipped: no credit beyond 1 + eps)
+    #   r=0.5, A=-1: min(-0.5, -0.8) = -0.8   (clipped: no credit below 1 - eps)
+    #   r=0.9, A= 2: min( 1.8,  1.8) =  1.8   (inside the clip range)
+    #   r=1.3, A=-2: min(-2.6, -2.4) = -2.6   (pessimistic: the unclipped, worse term)
+    # L = -(1.2 - 0.8 + 1.8 - 2.6) / 4 = 0.1
+    old_values, returns = t64(0.3, 0.45, 0.5, 0.9), t64(1.0, 0.0, 0.5, 2.0)
+    # V = 0.5; clipped V = old + clip(0.5 - old, +-0.1) = (0.4, 0.5, 0.5, 0.8)
+    # max((V - R)^2, (Vc - R)^2) = max(0.25, 0.36), max(0.25, 0.25), 0, max(2.25, 1.44) -> mean 2.86 / 4
+    out = algo._minibatch_loss(obs, obs, actions, old_logp, old_values, adv, returns)
+    assert float(out["ppo/policy_loss"]) == pytest.approx(0.1, abs=1e-12)
+    assert float(out["ppo/value_loss"]) == pytest.approx(0.715, abs=1e-12)
+    entropy = 0.5 + 0.5 * math.log(2 * math.pi) + math.log(0.5)  # Normal entropy, one action dim
+    assert float(out["ppo/entropy"]) == pytest.approx(entropy, abs=1e-12)
+    assert float(out["loss"].detach()) == pytest.approx(0.1 + 0.5 * 0.715 - 0.01 * entropy, abs=1e-12)
+    kl = sum((r - 1) - math.log(r) for r in (1.5, 0.5, 0.9, 1.3)) / 4  # k3 estimator
+    assert out["ppo/approx_kl"] == pytest.approx(kl, abs=1e-12)
+
+    # with advantage normalization A' = (A - mean) / (std + 1e-8); here mean = 0 and the unbiased
+    # std is sqrt((1 + 1 + 4 + 4) / 3); min(r A, clip(r) A) is positively homogeneous in A, so L scales
+    algo.cfg = PPOConfig(clip=0.2, normalize_advantages=True)
+    out = algo._minibatch_loss(obs, obs, actions, old_logp, old_values, adv, returns)
+    assert float(out["ppo/policy_loss"]) == pytest.approx(0.1 / (math.sqrt(10 / 3) + 1e-8), abs=1e-12)
+
+
+def test_ppo_observe_bootstraps_only_truncated_not_terminated():
+    algo = make_ppo(num_envs=4, gamma=0.9)
+    obs = {"policy": torch.randn(4, 2)}
+    next_obs = {"policy": torch.randn(4, 2)}
+    action = algo.act(obs)
+    with torch.no_grad():
+        v_next = algo.v(next_obs["policy"])  # before observe updates the normalizers
+        v_now = algo.v(obs["policy"])
+    reward = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    terminated = torch.tensor([False, True, True, False])
+    truncated = torch.tensor([True, False, True, False])
+    algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs))
+    s = algo.storage
+    # env 0 truncated only: r + gamma V(s_final); env 1 terminated; env 2 both: terminal wins; env 3 running
+    expected = torch.tensor([1.0 + 0.9 * float(v_next[0]), 2.0, 3.0, 4.0])
+    torch.testing.assert_close(s.rewards[0], expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(s.dones[0], torch.tensor([1.0, 1.0, 1.0, 0.0]), rtol=0, atol=0)
+    torch.testing.assert_close(s.values[0], v_now, rtol=0, atol=1e-6)
+    torch.testing.assert_close(s.actions[0], action, rtol=0, atol=0)
+    assert s.step == 1
+
+
+# ---- SAC --------------------------------------------------------------------------------------------
+def test_sac_critic_target_and_loss():
+    cfg = SACConfig(batch_size=4, warmup_steps=0, gamma=0.9, init_alpha=0.3, tau=0.1, buffer_size=16,
+                    actor_every=2)
+    obs_space, act_space = spaces(2, 1)
+    algo = SAC(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+               torch.device("cpu"), seed=0)
+    g = torch.Generator().manual_seed(5)
+    algo.buffer.add(obs=torch.randn(8, 2, generator=g), cobs=torch.randn(8, 2, generator=g),
+                    action=torch.rand(8, 1, generator=g) * 2 - 1, reward=torch.randn(8, generator=g),
+                    done=torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+                    next_obs=torch.randn(8, 2, generator=g), next_cobs=torch.randn(8, 2, generator=g))
+    with torch.no_grad():  # target critics differ from the online ones, so using the wrong one shows
+        for p in algo.q_target.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=g))
+    pi, q, q_target = (copy.deepcopy(m) for m in (algo.pi, algo.q, algo.q_target))
+    gen_state = algo.generator.get_state()
+
+    metrics = algo._gradient_step()
+
+    gen = torch.Generator().manual_seed(0)
+    gen.set_state(gen_state)  # replay the same minibatch and next-action noise
+    with torch.no_grad():
+        b = algo.buffer.sample(4, gen)
+        next_a, next_logp = pi.sample(b["next_obs"], gen)
+        q1, q2 = q_target(b["next_cobs"], next_a)
+        # y = r + gamma (1 - done) (min(Q1', Q2') - alpha log pi(a'|s')), alpha = 0.3
+        y = b["reward"] + 0.9 * (1.0 - b["done"]) * (torch.minimum(q1, q2) - 0.3 * next_logp)
+        qa, qb = q(b["cobs"], b["action"])
+        # L = 0.5 * (mean (Q1 - y)^2 + mean (Q2 - y)^2)
+        expected = 0.5 * (((qa - y) ** 2).mean() + ((qb - y) ** 2).mean())
+    assert b["done"].sum() > 0 and b["done"].sum() < 4, "the batch should mix terminal and running rows"
+    assert float(metrics["sac/critic_loss"]) == pytest.approx(float(expected), rel=1e-6)
+    assert float(metrics["sac/alpha"]) == pytest.approx(0.3, rel=1e-6)
+    # Polyak: theta' <- theta' + tau (theta_new - theta')
+    for p_t, p_old, p_new in zip(algo.q_target.parameters(), q_target.parameters(), algo.q.parameters()):
+        torch.testing.assert_close(p_t, p_old + 0.1 * (p_new - p_old), rtol=1e-6, atol=1e-7)
