@@ -14,6 +14,7 @@ from embodied.core.errors import UserError
 
 CKPT_DIR = "checkpoints"
 KEEP = 2  # newest checkpoints kept; older ones are removed after a successful write
+REQUIRED_KEYS = ("format", "config", "step", "algo", "collector", "policy")
 
 
 def checkpoint_paths(run_dir: Path) -> list[Path]:
@@ -41,10 +42,14 @@ def load_checkpoint(run_dir: Path, device: str = "cpu") -> dict:
     if not paths:
         raise UserError(f"no checkpoint in {run_dir / CKPT_DIR}")
     try:
-        return torch.load(paths[-1], map_location=device, weights_only=False)
+        ckpt = torch.load(paths[-1], map_location=device, weights_only=False)
     except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError, ValueError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"corrupt checkpoint {paths[-1]}: {reason}") from None
+    missing = [k for k in REQUIRED_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
+        raise UserError(f"not an embodied checkpoint: {paths[-1]} (missing {', '.join(missing)})")
+    return ckpt
 
 
 def load_policy(run_dir, device: str = "cpu"):

@@ -7,6 +7,11 @@ import torch
 from embodied.core.base import VecEnv
 
 
+def eval_env_config(spec, env_cfg):
+    """The task config evaluation runs with (see ``TaskSpec.eval_config``)."""
+    return spec.eval_config(env_cfg) if spec.eval_config else env_cfg
+
+
 @torch.no_grad()
 def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "cpu") -> dict[str, float]:
     """Run the first episode of every env of ``env`` with deterministic ``act(obs_policy)``.

@@ -11,7 +11,7 @@ from embodied.checkpoint import load_checkpoint, load_policy
 from embodied.config import config_from_dict
 from embodied.core.errors import UserError
 from embodied.core.registry import TASKS
-from embodied.evaluate import evaluate
+from embodied.evaluate import eval_env_config, evaluate
 from embodied.render import write_video
 from embodied.runners.base import EVAL_SEED_OFFSET
 
@@ -22,7 +22,7 @@ def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: 
     policy = load_policy(run_dir)
     spec = TASKS.get(cfg.task)
     seed = cfg.seed + EVAL_SEED_OFFSET if seed is None else seed
-    env = spec.make(cfg.env, num_envs=episodes, device=cfg.sim_device, seed=cfg.seed + 1)
+    env = spec.make(eval_env_config(spec, cfg.env), num_envs=episodes, device=cfg.sim_device, seed=cfg.seed + 1)
     result = {"task": cfg.task, "step": ckpt["step"], "episodes": episodes,
               **evaluate(policy.act, env, seed=seed)}
     if video:
@@ -33,7 +33,7 @@ def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: 
 @torch.no_grad()
 def record_video(policy, spec, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
     """Roll out one episode and draw every ``100 // fps``-th control step (real-time playback)."""
-    env = spec.make(cfg.env, num_envs=1, device="cpu", seed=seed)
+    env = spec.make(eval_env_config(spec, cfg.env), num_envs=1, device="cpu", seed=seed)
     if not hasattr(env, "render_frame"):
         raise UserError(f"task {cfg.task!r} has no renderer for --video")
     obs, _ = env.reset(seed=seed)

@@ -74,14 +74,9 @@ CASES = {
     "sac-fixed-buffer": ("quadrotor-hover", ["sac.warmup_steps=256", "sac.buffer_size=1024"]),
     "ppo": ("pendulum", []),
 }
-SAC_BUFFER_BUG = (
-    "bug: SAC sizes its replay buffer min(buffer_size, total_steps) (embodied/algos/sac.py, SAC.__init__), "
-    "so a run trained to 1024 steps wraps pos to 0 in a 1024-row buffer; resumed with total_steps=2048 it "
-    "gets a 2048-row buffer with pos=0 and overwrites its oldest rows instead of appending at row 1024"
-)
 
 
-@pytest.mark.parametrize("case", [pytest.param("sac", marks=pytest.mark.xfail(strict=True, reason=SAC_BUFFER_BUG)),
+@pytest.mark.parametrize("case", ["sac",
                                   "sac-fixed-buffer", "ppo"])
 def test_resume_matches_uninterrupted_run(tmp_path, one_thread, case):
     task, extra = CASES[case]
@@ -104,14 +99,8 @@ def eval_rows(run: Path) -> dict[int, dict]:
     return {r["step"]: {k: v for k, v in r.items() if not k.startswith("time/")} for r in rows if "eval/return" in r}
 
 
-EVAL_CURRICULUM_BUG = (
-    "bug: the runner keeps one eval env for the whole run (embodied/runners/base.py, Runner.run_eval) and the "
-    "quadrotor curriculum advances with that env's own step count (hover.py, _advance_curriculum), so eval "
-    "rewards depend on how many evals came before; resume builds a fresh eval env and its evals differ"
-)
 
 
-@pytest.mark.xfail(strict=True, reason=EVAL_CURRICULUM_BUG)
 def test_resumed_eval_matches_uninterrupted_eval(tmp_path, one_thread):
     # a short curriculum interval makes the eval env's curriculum advance within one debug eval
     extra = [*QUIET, "sac.warmup_steps=256", "sac.buffer_size=1024", "env.curriculum.interval=64"]

@@ -162,10 +162,7 @@ def _not_a_checkpoint(path: Path) -> None:
     torch.save({"hello": torch.zeros(3)}, path)  # a valid torch file, but not a checkpoint
 
 
-CORRUPTIONS = [_truncate, _garbage, _empty,
-               pytest.param(_not_a_checkpoint, marks=pytest.mark.xfail(
-                   strict=True, reason="bug: load_checkpoint (embodied/checkpoint.py) does not validate the "
-                   "payload; evaluate_run.py / train.resume then raise KeyError 'config' with a traceback"))]
+CORRUPTIONS = [_truncate, _garbage, _empty, _not_a_checkpoint]
 
 
 def corrupted_copy(debug_run: Path, dest: Path, corrupt) -> tuple[Path, Path]:

@@ -59,11 +59,21 @@ class ReplayBuffer:
         return out
 
     def state_dict(self) -> dict:
-        return {"size": self.size, "pos": self.pos, "storage": self.storage[: self.size].clone()}
+        return {"size": self.size, "pos": self.pos, "capacity": self.capacity,
+                "storage": self.storage[: self.size].clone()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.size, self.pos = int(state["size"]), int(state["pos"])
-        self.storage[: self.size] = state["storage"]
+        size, pos, rows = int(state["size"]), int(state["pos"]), state["storage"]
+        if int(state.get("capacity", self.capacity)) != self.capacity:
+            # the buffer was sized for another budget (a resumed run that extends total_steps):
+            # lay the rows out oldest first, keep the newest that fit, continue after them
+            if size == int(state["capacity"]):
+                rows = torch.cat([rows[pos:], rows[:pos]])
+            rows = rows[-self.capacity:]
+            size = rows.shape[0]
+            pos = size % self.capacity
+        self.size, self.pos = size, pos
+        self.storage[:size] = rows
 
 
 class SAC(Algorithm):

@@ -50,6 +50,9 @@ class TaskSpec:
     backends: tuple[str, ...]
     success_metric: str | None = None  # key of info["final_info"] that says an episode succeeded
     default_algo: str = "ppo"
+    # derive the evaluation config from the training one (e.g. freeze a curriculum so that an
+    # evaluation does not depend on how many evaluations came before); None: the same config
+    eval_config: Callable[[Any], Any] | None = None
     tags: tuple[str, ...] = field(default=())
 
 
