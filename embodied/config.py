@@ -46,21 +46,34 @@ class PPOConfig:
 
 
 @dataclass
-class SACConfig:
+class OffPolicyConfig:
+    """What SAC and TD3 share: twin critics with Polyak targets, replay, warm-up, update cadence."""
+
     lr_actor: float = 1e-3
     lr_critic: float = 1e-3
-    lr_alpha: float = 1e-3
     gamma: float = 0.99
-    tau: float = 0.005  # Polyak factor of the target critics
+    tau: float = 0.005  # Polyak factor of the target networks
     batch_size: int = 256
-    buffer_size: int = 1_000_000
+    buffer_size: int = 1_000_000  # capped at total_steps
     warmup_steps: int = 5_000  # env steps of uniform random actions before learning
     updates_per_step: float = 0.2  # critic updates per env step (RLtools L2F: 1 per 5 steps)
-    actor_every: int = 2  # actor and alpha update on every n-th critic update
-    init_alpha: float = 0.5
-    target_entropy: float | None = None  # None: -act_dim
+    actor_every: int = 2  # actor (and targets, TD3) update on every n-th critic update
     max_grad_norm: float | None = 1.0
     weight_decay: float = 1e-4
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    lr_alpha: float = 1e-3
+    init_alpha: float = 0.5
+    target_entropy: float | None = None  # None: -act_dim
+
+
+@dataclass
+class TD3Config(OffPolicyConfig):
+    exploration_noise: float = 0.1  # std of Gaussian noise on collected actions
+    target_noise: float = 0.2  # target policy smoothing std
+    target_noise_clip: float = 0.5
 
 
 @dataclass
@@ -89,6 +102,7 @@ class RunConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     sac: SACConfig = field(default_factory=SACConfig)
+    td3: TD3Config = field(default_factory=TD3Config)
     log: LogConfig = field(default_factory=LogConfig)
 
 

@@ -9,6 +9,7 @@ import torch
 
 import embodied.algos.ppo  # noqa: F401  (registers algorithms)
 import embodied.algos.sac  # noqa: F401
+import embodied.algos.td3  # noqa: F401
 import embodied.tasks  # noqa: F401  (registers tasks)
 from embodied.checkpoint import load_checkpoint
 from embodied.config import RunConfig, config_from_dict, to_yaml

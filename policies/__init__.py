@@ -1,6 +1,7 @@
 """Networks, distributions, normalizers; export-friendly modules."""
 
 from embodied.policies.actor_critic import (
+    DeterministicActor,
     DeterministicPolicy,
     GaussianActor,
     SquashedGaussianActor,
@@ -11,5 +12,5 @@ from embodied.policies.actor_critic import (
 )
 from embodied.policies.normalizer import EmpiricalNormalizer
 
-__all__ = ["DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "SquashedGaussianActor",
+__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "SquashedGaussianActor",
            "TwinQCritic", "ValueCritic", "build_policy", "policy_spec"]

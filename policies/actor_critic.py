@@ -78,6 +78,25 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(self(obs)[0])
 
 
+class DeterministicActor(nn.Module):
+    """a = tanh(f(obs)) (TD3). ``forward`` keeps the graph for the actor loss; ``act`` does not."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "relu",
+                 obs_normalization: bool = False):
+        super().__init__()
+        self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
+                                obs_normalization=obs_normalization)
+        self.normalizer = _normalizer(obs_dim, obs_normalization)
+        self.net = mlp(obs_dim, list(hidden), act_dim, activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(self.normalizer(obs)))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)
+
+
 class ValueCritic(nn.Module):
     """V(s) on the critic observation group. ``[B, obs_dim] -> [B]``."""
 
@@ -121,11 +140,13 @@ class DeterministicPolicy(nn.Module):
 
 POLICIES.register("gaussian_mlp", GaussianActor)
 POLICIES.register("squashed_gaussian_mlp", SquashedGaussianActor)
+POLICIES.register("deterministic_mlp", DeterministicActor)
 
 
 def policy_spec(actor: nn.Module) -> dict:
     """How to rebuild an actor: registry name and constructor kwargs."""
-    names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp"}
+    names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp",
+             DeterministicActor: "deterministic_mlp"}
     return {"name": names[type(actor)], "kwargs": dict(actor.init_kwargs)}
 
 

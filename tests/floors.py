@@ -10,6 +10,7 @@ FLOORS: dict[str, float] = {
     # deterministic policy a = 0 scores 5.73); seed 0 reaches 9.87 (PPO) and 9.89 (SAC)
     "ppo_target": 9.5,
     "sac_target": 9.5,
+    "td3_target": 9.5,
     # pendulum swing-up, 200-step episodes (solved about -200, random about -1200 to -1500);
     # seed 0 reaches -214 at 57,344 env steps
     "ppo_pendulum": -400.0,

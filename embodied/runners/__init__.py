@@ -3,6 +3,6 @@
 from embodied.runners.off_policy import OffPolicyRunner
 from embodied.runners.on_policy import OnPolicyRunner
 
-RUNNERS = {"ppo": OnPolicyRunner, "sac": OffPolicyRunner}
+RUNNERS = {"ppo": OnPolicyRunner, "sac": OffPolicyRunner, "td3": OffPolicyRunner}
 
 __all__ = ["OffPolicyRunner", "OnPolicyRunner", "RUNNERS"]

@@ -62,6 +62,13 @@ def test_sac_learns_target(tmp_path):
     assert summary["eval/return"] >= FLOORS["sac_target"], summary
 
 
+def test_td3_learns_target(tmp_path):
+    overrides = ["algo=td3", "num_envs=32", "total_steps=2560", "log.eval_every=0", "td3.warmup_steps=320",
+                 "td3.batch_size=128", "td3.updates_per_step=0.25"]
+    summary = run("target", overrides, tmp_path)
+    assert summary["eval/return"] >= FLOORS["td3_target"], summary
+
+
 def test_ppo_learns_pendulum_swing_up(tmp_path):
     # Pendulum-v1 MDP, 200-step episodes: solved about -200, random and a = 0 both about -1230.
     # configs/pendulum.yaml as is (64 envs x 32 steps, 10 epochs, lr 1e-3); 28 updates. Over seeds

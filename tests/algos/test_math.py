@@ -17,8 +17,10 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 from embodied.algos.base import Transition
 from embodied.algos.gae import gae
 from embodied.algos.ppo import PPO
-from embodied.algos.sac import SAC, ReplayBuffer
-from embodied.config import PolicyConfig, PPOConfig, SACConfig
+from embodied.algos.replay import ReplayBuffer
+from embodied.algos.sac import SAC
+from embodied.algos.td3 import TD3
+from embodied.config import PolicyConfig, PPOConfig, SACConfig, TD3Config
 from embodied.core.base import box
 from embodied.policies import EmpiricalNormalizer, SquashedGaussianActor, TwinQCritic
 from embodied.policies.networks import EnsembleMLP
@@ -350,3 +352,56 @@ def test_sac_critic_target_and_loss():
     # Polyak: theta' <- theta' + tau (theta_new - theta')
     for p_t, p_old, p_new in zip(algo.q_target.parameters(), q_target.parameters(), algo.q.parameters()):
         torch.testing.assert_close(p_t, p_old + 0.1 * (p_new - p_old), rtol=1e-6, atol=1e-7)
+
+
+def test_td3_target_actor_loss_and_delayed_targets():
+    cfg = TD3Config(batch_size=4, warmup_steps=0, gamma=0.9, tau=0.1, buffer_size=16, actor_every=2,
+                    target_noise=0.2, target_noise_clip=0.1)
+    obs_space, act_space = spaces(2, 1)
+    algo = TD3(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+               torch.device("cpu"), seed=0)
+    g = torch.Generator().manual_seed(5)
+    algo.buffer.add(obs=torch.randn(8, 2, generator=g), cobs=torch.randn(8, 2, generator=g),
+                    action=torch.rand(8, 1, generator=g) * 2 - 1, reward=torch.randn(8, generator=g),
+                    done=torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+                    next_obs=torch.randn(8, 2, generator=g), next_cobs=torch.randn(8, 2, generator=g))
+    with torch.no_grad():  # targets differ from the online networks, so using the wrong one shows
+        for p in [*algo.q_target.parameters(), *algo.pi_target.parameters()]:
+            p.add_(0.1 * torch.randn(p.shape, generator=g))
+
+    def replay_step():
+        pi, pi_t, q, q_t = (copy.deepcopy(m) for m in (algo.pi, algo.pi_target, algo.q, algo.q_target))
+        gen = torch.Generator().manual_seed(0)
+        gen.set_state(algo.generator.get_state())  # replay the same minibatch and smoothing noise
+        metrics = algo._gradient_step()
+        with torch.no_grad():
+            b = algo.buffer.sample(4, gen)
+            mu = pi_t(b["next_obs"])
+            eps = torch.randn(mu.shape, generator=gen) * 0.2
+            # a' = clip(pi'(s') + clip(eps, -0.1, 0.1), -1, 1); y = r + 0.9 (1 - d) min(Q1', Q2')(s', a')
+            next_a = (mu + eps.clamp(-0.1, 0.1)).clamp(-1, 1)
+            y = b["reward"] + 0.9 * (1 - b["done"]) * q_t(b["next_cobs"], next_a).min(0).values
+            qa, qb = q(b["cobs"], b["action"])
+            expected = 0.5 * (((qa - y) ** 2).mean() + ((qb - y) ** 2).mean())
+            actor_loss = -q(b["cobs"], pi(b["obs"]))[0].mean()  # -E[Q1(s, pi(s))] with pre-step critic
+        return metrics, expected, actor_loss, pi_t, q_t
+
+    metrics, expected, _, pi_t, q_t = replay_step()  # update 1: critic only, targets frozen
+    assert float(metrics["td3/critic_loss"]) == pytest.approx(float(expected), rel=1e-6)
+    assert "td3/actor_loss" not in metrics
+    for a, b in zip([*algo.q_target.parameters(), *algo.pi_target.parameters()],
+                    [*q_t.parameters(), *pi_t.parameters()]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    metrics, expected, actor_loss, pi_t, q_t = replay_step()  # update 2: actor and targets move
+    assert float(metrics["td3/critic_loss"]) == pytest.approx(float(expected), rel=1e-6)
+    assert float(metrics["td3/actor_loss"]) == pytest.approx(float(actor_loss), rel=1e-6)
+    for p_t, p_old, p_new in zip(algo.pi_target.parameters(), pi_t.parameters(), algo.pi.parameters()):
+        torch.testing.assert_close(p_t, p_old + 0.1 * (p_new - p_old), rtol=1e-6, atol=1e-7)
+
+
+def test_td3_exploration_stays_in_action_space():
+    cfg = TD3Config(warmup_steps=0, exploration_noise=5.0)
+    obs_space, act_space = spaces(2, 1)
+    algo = TD3(cfg, PolicyConfig(actor_hidden=[8]), obs_space, act_space, 64, torch.device("cpu"), seed=0)
+    a = algo.act({"policy": torch.randn(64, 2)})
+    assert a.shape == (64, 1) and a.abs().max() <= 1.0 and a.std() > 0.5

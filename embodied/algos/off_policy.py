@@ -1,0 +1,126 @@
+"""What off-policy actor-critics share (SAC, TD3): twin critics with Polyak targets, a replay
+buffer on the learner device, uniform warm-up, an update-to-data credit, and one fused optimizer.
+Subclasses supply the actor, its exploration, and the gradient step."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from embodied.algos.base import Algorithm, Obs, Transition, critic_dim, critic_obs
+from embodied.algos.replay import ReplayBuffer
+from embodied.config import OffPolicyConfig, PolicyConfig
+from embodied.policies import TwinQCritic
+
+
+class OffPolicyAlgorithm(Algorithm):
+    def __init__(self, cfg: OffPolicyConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
+                 device: torch.device, seed: int, total_steps: int | None = None):
+        self.cfg, self.device, self.num_envs = cfg, torch.device(device), num_envs
+        obs_dim, cdim = obs_space["policy"].shape[0], critic_dim(obs_space)
+        self.act_dim = act_dim = action_space.shape[0]
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        torch.manual_seed(seed)  # network initialization
+        self.pi = self._make_actor(obs_dim, act_dim, policy).to(self.device)
+        self.q = TwinQCritic(cdim, act_dim, policy.critic_hidden, policy.activation).to(self.device)
+        self.q_target = TwinQCritic(cdim, act_dim, policy.critic_hidden, policy.activation).to(self.device)
+        self.q_target.load_state_dict(self.q.state_dict())
+        self.q_target.requires_grad_(False)
+        # one fused Adam over all groups: a single optimizer call per gradient step (CPU dispatch
+        # overhead, not FLOPs, dominates these small networks)
+        self.opt = torch.optim.Adam(
+            [{"params": list(self.q.parameters()), "lr": cfg.lr_critic, "weight_decay": cfg.weight_decay},
+             {"params": list(self.pi.parameters()), "lr": cfg.lr_actor, "weight_decay": cfg.weight_decay},
+             *self._extra_param_groups()],
+            fused=True)
+        capacity = min(cfg.buffer_size, total_steps) if total_steps else cfg.buffer_size
+        self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
+        self.num_observed = 0  # env steps stored
+        self.num_updates = 0  # critic gradient steps
+        self._credit = 0.0  # fractional critic steps owed (updates_per_step * env steps)
+        self._q_params = list(self.q.parameters())
+        self._qt_params = list(self.q_target.parameters())
+        self._pi_params = list(self.pi.parameters())
+
+    # ---- subclass hooks ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig) -> nn.Module: ...
+
+    @abc.abstractmethod
+    def _explore(self, obs: torch.Tensor) -> torch.Tensor:
+        """Exploration actions in [-1, 1] after warm-up."""
+
+    @abc.abstractmethod
+    def _gradient_step(self) -> dict[str, torch.Tensor]: ...
+
+    def _extra_param_groups(self) -> list[dict]:
+        return []
+
+    # ---- verbs -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: Obs) -> torch.Tensor:
+        o = obs["policy"]
+        if self.num_observed < self.cfg.warmup_steps:
+            return torch.rand(o.shape[0], self.act_dim, generator=self.generator, device=self.device) * 2 - 1
+        return self._explore(o)
+
+    def observe(self, tr: Transition) -> None:
+        if hasattr(self.pi.normalizer, "update"):
+            self.pi.normalizer.update(tr.obs["policy"])
+        self.buffer.add(obs=tr.obs["policy"], cobs=critic_obs(tr.obs), action=tr.action, reward=tr.reward,
+                        done=tr.terminated.float(), next_obs=tr.next_obs["policy"], next_cobs=critic_obs(tr.next_obs))
+        n = tr.reward.shape[0]
+        self.num_observed += n
+        if self.num_observed >= self.cfg.warmup_steps and self.buffer.size >= self.cfg.batch_size:
+            self._credit += n * self.cfg.updates_per_step
+
+    def update(self) -> dict[str, torch.Tensor]:
+        metrics: dict[str, torch.Tensor] = {}
+        while self._credit >= 1.0:
+            self._credit -= 1.0
+            metrics = self._gradient_step()
+        return metrics
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    # ---- shared pieces of a gradient step ------------------------------------------------------
+    def _apply(self, loss: torch.Tensor, actor_step: bool) -> None:
+        """Backward, clip critic (and actor) gradients, one optimizer step."""
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self._q_params, self.cfg.max_grad_norm, foreach=True)
+            if actor_step:
+                nn.utils.clip_grad_norm_(self._pi_params, self.cfg.max_grad_norm, foreach=True)
+        self.opt.step()
+        self.num_updates += 1
+
+    @staticmethod
+    @torch.no_grad()
+    def _polyak(target: list[torch.Tensor], source: list[torch.Tensor], tau: float) -> None:
+        torch._foreach_lerp_(target, source, tau)  # theta' <- theta' + tau (theta - theta')
+
+    # ---- checkpoint --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "pi": self.pi.state_dict(), "q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
+            "opt": self.opt.state_dict(), "buffer": self.buffer.state_dict(),
+            "generator": self.generator.get_state(), "num_observed": self.num_observed,
+            "num_updates": self.num_updates, "credit": self._credit,
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.pi.load_state_dict(state["pi"])
+        self.q.load_state_dict(state["q"])
+        self.q_target.load_state_dict(state["q_target"])
+        self.opt.load_state_dict(state["opt"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.generator.set_state(state["generator"])
+        self.num_observed = int(state["num_observed"])
+        self.num_updates = int(state["num_updates"])
+        self._credit = float(state["credit"])

@@ -1,0 +1,68 @@
+"""TD3 (Fujimoto et al. 2018): deterministic actor, twin critics with clipped double-Q, target
+policy smoothing and delayed actor/target updates, with an asymmetric critic. This is the learner
+of "Learning to Fly in Seconds" (../shared/reference/quadrotor.md 1.4): its deterministic actor is
+trained on exactly the action it is evaluated with, which matters for a quadrotor whose thrust is
+convex in rpm (a stochastic SAC policy gets more mean thrust in training than its mean action
+gives at evaluation, and the deterministic policy then hovers low)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import torch
+
+from embodied.algos.off_policy import OffPolicyAlgorithm
+from embodied.config import PolicyConfig
+from embodied.core.registry import ALGOS
+from embodied.policies import DeterministicActor
+
+
+class TD3(OffPolicyAlgorithm):
+    def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
+        actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization)
+        self.pi_target = copy.deepcopy(actor).to(self.device).requires_grad_(False)
+        self._pit_params = list(self.pi_target.parameters())
+        return actor
+
+    def _explore(self, obs: torch.Tensor) -> torch.Tensor:
+        a = self.pi.act(obs)
+        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * self.cfg.exploration_noise
+        return (a + noise).clamp(-1.0, 1.0)
+
+    def _gradient_step(self) -> dict[str, torch.Tensor]:
+        """    a'   = clip(pi'(s') + clip(N(0, s~), -c, c), -1, 1)
+            y    = r + gamma (1 - terminated) min_j Q'_j(s', a')
+            L_Q  = 1/2 sum_j E[(Q_j(s, a) - y)^2]
+            L_pi = -E[Q_1(s, pi(s))] every ``actor_every``-th step (Q's parameters held constant),
+        then the targets move by Polyak averaging on those same steps."""
+        cfg = self.cfg
+        b = self.buffer.sample(cfg.batch_size, self.generator)
+        actor_step = (self.num_updates + 1) % cfg.actor_every == 0
+        with torch.no_grad():
+            next_mu = self.pi_target(b["next_obs"])
+            eps = torch.randn(next_mu.shape, generator=self.generator, device=self.device) * cfg.target_noise
+            next_a = (next_mu + eps.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)).clamp(-1.0, 1.0)
+            target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * self.q_target(b["next_cobs"], next_a).min(0).values
+        q = self.q(b["cobs"], b["action"])  # [2, B]
+        loss = q_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
+        metrics = {"td3/critic_loss": q_loss.detach(), "td3/q_mean": q.detach().mean()}
+        if actor_step:
+            pi_loss = -self.q(b["cobs"], self.pi(b["obs"]), detach=True)[0].mean()
+            loss = loss + pi_loss
+            metrics["td3/actor_loss"] = pi_loss.detach()
+        self._apply(loss, actor_step)
+        if actor_step:
+            self._polyak(self._qt_params, self._q_params, cfg.tau)
+            self._polyak(self._pit_params, self._pi_params, cfg.tau)
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "pi_target": self.pi_target.state_dict()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        super().load_state_dict(state)
+        self.pi_target.load_state_dict(state["pi_target"])
+
+
+ALGOS.register("td3", TD3)
