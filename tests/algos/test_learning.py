@@ -53,20 +53,14 @@ def test_ppo_learns_target(tmp_path):
     assert summary["eval/return"] >= FLOORS["ppo_target"], summary
 
 
-def test_sac_learns_target(tmp_path):
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_off_policy_learns_target(tmp_path, algo):
     # same task and reference scores as above; 80 batched steps x 32 envs, learning after 320 random ones
-    overrides = ["algo=sac", "num_envs=32", "total_steps=2560", "log.eval_every=0", "sac.warmup_steps=320",
-                 "sac.batch_size=128", "sac.updates_per_step=0.25"]
+    overrides = [f"algo={algo}", "num_envs=32", "total_steps=2560", "log.eval_every=0", f"{algo}.warmup_steps=320",
+                 f"{algo}.batch_size=128", f"{algo}.updates_per_step=0.25"]
     summary = run("target", overrides, tmp_path)
     assert summary["step"] == 2560
-    assert summary["eval/return"] >= FLOORS["sac_target"], summary
-
-
-def test_td3_learns_target(tmp_path):
-    overrides = ["algo=td3", "num_envs=32", "total_steps=2560", "log.eval_every=0", "td3.warmup_steps=320",
-                 "td3.batch_size=128", "td3.updates_per_step=0.25"]
-    summary = run("target", overrides, tmp_path)
-    assert summary["eval/return"] >= FLOORS["td3_target"], summary
+    assert summary["eval/return"] >= FLOORS[f"{algo}_target"], summary
 
 
 def test_ppo_learns_pendulum_swing_up(tmp_path):

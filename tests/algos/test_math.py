@@ -316,17 +316,23 @@ def test_ppo_observe_bootstraps_only_truncated_not_terminated():
 
 
 # ---- SAC --------------------------------------------------------------------------------------------
+def fill_tiny_buffer(algo) -> torch.Generator:
+    """8 random transitions (obs 2, action 1) with terminal and running rows; returns the generator."""
+    g = torch.Generator().manual_seed(5)
+    algo.buffer.add(obs=torch.randn(8, 2, generator=g), cobs=torch.randn(8, 2, generator=g),
+                    action=torch.rand(8, 1, generator=g) * 2 - 1, reward=torch.randn(8, generator=g),
+                    done=torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+                    next_obs=torch.randn(8, 2, generator=g), next_cobs=torch.randn(8, 2, generator=g))
+    return g
+
+
 def test_sac_critic_target_and_loss():
     cfg = SACConfig(batch_size=4, warmup_steps=0, gamma=0.9, init_alpha=0.3, tau=0.1, buffer_size=16,
                     actor_every=2)
     obs_space, act_space = spaces(2, 1)
     algo = SAC(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
                torch.device("cpu"), seed=0)
-    g = torch.Generator().manual_seed(5)
-    algo.buffer.add(obs=torch.randn(8, 2, generator=g), cobs=torch.randn(8, 2, generator=g),
-                    action=torch.rand(8, 1, generator=g) * 2 - 1, reward=torch.randn(8, generator=g),
-                    done=torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
-                    next_obs=torch.randn(8, 2, generator=g), next_cobs=torch.randn(8, 2, generator=g))
+    g = fill_tiny_buffer(algo)
     with torch.no_grad():  # target critics differ from the online ones, so using the wrong one shows
         for p in algo.q_target.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=g))
@@ -360,11 +366,7 @@ def test_td3_target_actor_loss_and_delayed_targets():
     obs_space, act_space = spaces(2, 1)
     algo = TD3(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
                torch.device("cpu"), seed=0)
-    g = torch.Generator().manual_seed(5)
-    algo.buffer.add(obs=torch.randn(8, 2, generator=g), cobs=torch.randn(8, 2, generator=g),
-                    action=torch.rand(8, 1, generator=g) * 2 - 1, reward=torch.randn(8, generator=g),
-                    done=torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
-                    next_obs=torch.randn(8, 2, generator=g), next_cobs=torch.randn(8, 2, generator=g))
+    g = fill_tiny_buffer(algo)
     with torch.no_grad():  # targets differ from the online networks, so using the wrong one shows
         for p in [*algo.q_target.parameters(), *algo.pi_target.parameters()]:
             p.add_(0.1 * torch.randn(p.shape, generator=g))
