@@ -143,7 +143,7 @@ class ManagedVecEnv(VecEnv):
         log = {f"reward/{k}": v.mean() for k, v in terms.reward_terms.items()}
         if terms.metrics:
             log.update({k: v.float().mean() for k, v in terms.metrics.items()})
-        log["nan_resets"] = torch.tensor(float(num_bad))
+        log["nan_resets"] = float(num_bad)
         info = {"log": log}
         if done.any():
             final_obs = {k: v.clone() for k, v in obs.items()}

@@ -203,7 +203,13 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         }
         terminated = dist > self.cfg.termination_radius
         terms["termination"] = -w.termination_penalty * terminated.float()
-        return StepTerms(terms, terminated, {"distance": dist})
+        metrics = {"distance": dist}
+        if self.cfg.domain_randomization.enabled:  # sampled parameters relative to nominal, logged
+            ratio = sim.p[:, :7] / self.nominal_p[:, :7]
+            for name, col in (("mass", 0), ("inertia_xx", 1), ("thrust_constant", 4), ("torque_constant", 5),
+                              ("motor_time_constant", 6)):
+                metrics[f"dr/{name}"] = ratio[:, col]
+        return StepTerms(terms, terminated, metrics)
 
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
         held = self.episode_length - self.last_outside
