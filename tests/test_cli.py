@@ -44,7 +44,7 @@ def test_tasks_lists_registered_tasks(tmp_path):
 
 
 # pendulum episodes are shortened: the video draws every one of its control steps with matplotlib
-TRAINED = [("quadrotor-hover", "sac", []), ("pendulum", "ppo", ["env.episode_steps=50"])]
+TRAINED = [("quadrotor-hover", "td3", []), ("pendulum", "ppo", ["env.episode_steps=50"])]
 
 
 @pytest.fixture(scope="module", params=TRAINED, ids=lambda p: p[0])

@@ -69,15 +69,15 @@ def one_thread():
 # ---- (a) in-process exact continuation ----------------------------------------------------------------
 QUIET = ["log.progress=false", "log.tensorboard=false", "log.checkpoint_every=1024"]
 CASES = {
-    "sac": ("quadrotor-hover", ["sac.warmup_steps=256"]),
-    # the replay buffer's capacity is the same in both runs here, which isolates the bug marked below
-    "sac-fixed-buffer": ("quadrotor-hover", ["sac.warmup_steps=256", "sac.buffer_size=1024"]),
+    # the replay buffer is sized min(buffer_size, total_steps), so resuming to a larger budget grows it
+    "sac": ("quadrotor-hover", ["algo=sac"]),
+    "sac-fixed-buffer": ("quadrotor-hover", ["algo=sac", "sac.buffer_size=1024"]),
+    "td3": ("quadrotor-hover", ["algo=td3"]),
     "ppo": ("pendulum", []),
 }
 
 
-@pytest.mark.parametrize("case", ["sac",
-                                  "sac-fixed-buffer", "ppo"])
+@pytest.mark.parametrize("case", ["sac", "sac-fixed-buffer", "td3", "ppo"])
 def test_resume_matches_uninterrupted_run(tmp_path, one_thread, case):
     task, extra = CASES[case]
     train(load_config(task, "debug", [*QUIET, *extra, "total_steps=2048"]), tmp_path / "A")
@@ -103,7 +103,7 @@ def eval_rows(run: Path) -> dict[int, dict]:
 
 def test_resumed_eval_matches_uninterrupted_eval(tmp_path, one_thread):
     # a short curriculum interval makes the eval env's curriculum advance within one debug eval
-    extra = [*QUIET, "sac.warmup_steps=256", "sac.buffer_size=1024", "env.curriculum.interval=64"]
+    extra = [*QUIET, "algo=sac", "sac.buffer_size=1024", "env.curriculum.interval=64"]
     train(load_config("quadrotor-hover", "debug", [*extra, "total_steps=2048"]), tmp_path / "A")
     train(load_config("quadrotor-hover", "debug", [*extra, "total_steps=1024"]), tmp_path / "B")
     resume(tmp_path / "B", total_steps=2048)
