@@ -23,6 +23,17 @@ import time
 from pathlib import Path
 
 CRITERION = 0.95
+MILESTONES = (0.05, 0.25, 0.5, 0.8, CRITERION)  # success levels timed on both sides, for a ratio short of 95%
+
+
+def milestones(curve: list) -> dict:
+    """First (env steps, train seconds) at which eval success reached each level; curve rows are
+    (env steps, success, train seconds)."""
+    out = {}
+    for level in MILESTONES:
+        hit = next((r for r in curve if r[1] >= level), None)
+        out[f"{level:.2f}"] = {"env_steps": hit[0], "train_s": hit[2]} if hit else None
+    return out
 EVAL_SEED = 10_000  # = seed 0 + EVAL_SEED_OFFSET, what our runner uses
 
 
@@ -147,6 +158,10 @@ def main() -> None:
     if not args.skip_peer:
         result["sb3_sac"] = run_sb3_sac(args.peer_cap_s, args.eval_every, num_envs=8, seed=0)
         o, p = result["ours"], result["sb3_sac"]
+        o["milestones"], p["milestones"] = milestones(o["eval_curve"]), milestones(p["eval_curve"])
+        result["milestone_ratio_ours_over_sb3_train_s"] = {
+            k: (round(o["milestones"][k]["train_s"] / p["milestones"][k]["train_s"], 4)
+                if o["milestones"][k] and p["milestones"][k] else None) for k in o["milestones"]}
         if o["solved"]:
             peer_time = p["solved_train_s"] if p["solved"] else p["cap_s"]
             result["ratio_ours_over_sb3_train_s"] = round(o["solved_train_s"] / peer_time, 4)
