@@ -66,6 +66,15 @@ def test_reward_terms_at_hover_equal_the_constant():
     assert reward[0].item() == pytest.approx(2 - 0.5 * 5 * 0.05, abs=2e-4)  # |p|^2 = 0.05
 
 
+def test_position_abs_term():
+    env = hovering_env(1, reward={"position_abs": 4.0})
+    env.sim.x[0, 0:3] = torch.tensor([0.1, 0.2, 0.0])
+    _, reward, *_, info = env.step(torch.full((1, 4), HOVER))
+    # r = 2 - 0.5 (5 |p|^2 + 4 |p|), |p| = sqrt(0.05)
+    assert reward[0].item() == pytest.approx(2 - 0.5 * (5 * 0.05 + 4 * math.sqrt(0.05)), abs=3e-4)
+    assert info["log"]["reward/position_abs"].item() == pytest.approx(-0.5 * 4 * math.sqrt(0.05), abs=2e-4)
+
+
 def test_observation_layout_and_action_history():
     env = hovering_env(2, action_history=32)
     a1, a2 = torch.full((2, 4), 0.1), torch.full((2, 4), -0.2)

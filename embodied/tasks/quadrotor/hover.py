@@ -27,7 +27,7 @@ from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams, Quadrotor
 @dataclass
 class RewardWeights:
     """r = constant - scale * (position |p|^2 + orientation (1 - q_w^2) + lin_vel |v|^2
-    + action |a - a_hover|^2) - termination_penalty [terminated]
+    + action |a - a_hover|^2 + position_abs |p|) - termination_penalty [terminated]
     (L2F ``reward_squared_position_only_torque``; L2F's termination penalty defaults to 0)."""
 
     constant: float = 2.0
@@ -37,6 +37,7 @@ class RewardWeights:
     lin_vel: float = 0.01
     action: float = 0.01
     termination_penalty: float = 0.0
+    position_abs: float = 0.0  # weight on |p| [1/m]: a slope at the set-point, where |p|^2 has none
 
 
 @dataclass
@@ -197,6 +198,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         terms = {
             "constant": torch.full((self.num_envs,), w.constant, device=self.device),
             "position": -s * w.position * position_l2(sim.pos_w),
+            "position_abs": -s * w.position_abs * dist,
             "orientation": -s * w.orientation * orientation_qw(sim.quat_wb),
             "lin_vel": -s * w.lin_vel * lin_vel_l2(sim.lin_vel_w),
             "action": -s * w.action * action_l2(action.clamp(-1, 1), self.hover_action),
