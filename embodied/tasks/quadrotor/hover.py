@@ -20,7 +20,7 @@ import torch
 from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
-from embodied.kernels.quadrotor import GRAVITY
+from embodied.kernels.quadrotor import GRAVITY, ROTOR_X
 from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams, QuadrotorSim
 
 
@@ -90,6 +90,9 @@ class QuadrotorHoverConfig:
     domain_randomization: DomainRandomizationConfig = field(default_factory=DomainRandomizationConfig)
 
 
+ARM = abs(ROTOR_X[0])  # [m] rotor offset along each body axis; scales disturbance torque in the critic obs
+
+
 # ---- reward terms: small pure functions returning [N] ------------------------------------------
 def position_l2(pos_w: torch.Tensor) -> torch.Tensor:
     """|p|^2 [m^2]."""
@@ -127,6 +130,9 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.actions = torch.zeros(n, h * 4, device=self.device)  # oldest first
         self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
         self.success_steps = round(cfg.success_hold_s / params.dt)
+        self.obs_noise_std = torch.tensor(  # [18] per clean observation entry
+            [cfg.obs_noise_position] * 3 + [cfg.obs_noise_orientation] * 9 + [cfg.obs_noise_lin_vel] * 3
+            + [cfg.obs_noise_ang_vel] * 3, device=self.device)
         obs_dim = 18 + 4 * h
         self.single_observation_space = gym.spaces.Dict(
             {"policy": box(-math.inf, math.inf, (obs_dim,)), "critic": box(-math.inf, math.inf, (28,))}
@@ -177,15 +183,13 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self._advance_curriculum()
 
     def _observe(self) -> Obs:
-        cfg, sim = self.cfg, self.sim
+        sim = self.sim
         rot = quat_to_rotmat(sim.quat_wb).reshape(-1, 9)
         clean = torch.cat([sim.pos_w, rot, sim.lin_vel_w, sim.ang_vel_b], 1)  # [N, 18]
-        std = clean.new_tensor([cfg.obs_noise_position] * 3 + [cfg.obs_noise_orientation] * 9
-                               + [cfg.obs_noise_lin_vel] * 3 + [cfg.obs_noise_ang_vel] * 3)
-        noise = torch.randn(clean.shape, generator=self.generator, device=self.device) * std
+        noise = torch.randn(clean.shape, generator=self.generator, device=self.device) * self.obs_noise_std
         mg = sim.p[:, 0:1] * GRAVITY
         critic = torch.cat(
-            [clean, sim.p[:, 7:10] / mg, sim.p[:, 10:13] / (mg * 0.028),
+            [clean, sim.p[:, 7:10] / mg, sim.p[:, 10:13] / (mg * ARM),
              sim.rpm * (2.0 / self.params.rpm_max) - 1.0], 1)
         return {"policy": torch.cat([clean + noise, self.actions], 1), "critic": critic}
 
