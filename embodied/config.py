@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+import embodied.tasks  # noqa: F401  (registers the tasks configs resolve against)
 from embodied.core.errors import UserError
 from embodied.core.registry import TASKS
 

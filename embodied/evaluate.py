@@ -5,11 +5,22 @@ from __future__ import annotations
 import torch
 
 from embodied.core.base import VecEnv
+from embodied.core.registry import TASKS
+
+EVAL_SEED_OFFSET = 10_000  # eval envs draw initial states from a stream the training never sees
 
 
-def eval_env_config(spec, env_cfg):
-    """The task config evaluation runs with (see ``TaskSpec.eval_config``)."""
-    return spec.eval_config(env_cfg) if spec.eval_config else env_cfg
+def eval_seed(cfg) -> int:
+    """Initial-state seed of a run's evaluations."""
+    return cfg.seed + EVAL_SEED_OFFSET
+
+
+def make_eval_env(cfg, num_envs: int, device=None) -> VecEnv:
+    """The env a run is evaluated on: the task config as ``TaskSpec.eval_config`` derives it (e.g. a
+    frozen curriculum), ``num_envs`` episodes at a time, on the run's sim device unless given."""
+    spec = TASKS.get(cfg.task)
+    env_cfg = spec.eval_config(cfg.env) if spec.eval_config else cfg.env
+    return spec.make(env_cfg, num_envs=num_envs, device=device or cfg.sim_device, seed=cfg.seed + 1)
 
 
 @torch.no_grad()

@@ -10,30 +10,27 @@ import embodied.tasks  # noqa: F401  (registers tasks)
 from embodied.checkpoint import load_checkpoint, load_policy
 from embodied.config import config_from_dict
 from embodied.core.errors import UserError
-from embodied.core.registry import TASKS
-from embodied.evaluate import eval_env_config, evaluate
+from embodied.evaluate import eval_seed, evaluate, make_eval_env
 from embodied.render import write_video
-from embodied.runners.base import EVAL_SEED_OFFSET
 
 
 def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: int | None = None) -> dict:
     ckpt = load_checkpoint(run_dir)
     cfg = config_from_dict(ckpt["config"])
     policy = load_policy(run_dir)
-    spec = TASKS.get(cfg.task)
-    seed = cfg.seed + EVAL_SEED_OFFSET if seed is None else seed
-    env = spec.make(eval_env_config(spec, cfg.env), num_envs=episodes, device=cfg.sim_device, seed=cfg.seed + 1)
+    seed = eval_seed(cfg) if seed is None else seed
+    env = make_eval_env(cfg, num_envs=episodes)
     result = {"task": cfg.task, "step": ckpt["step"], "episodes": episodes,
               **evaluate(policy.act, env, seed=seed)}
     if video:
-        result["video"] = str(record_video(policy, spec, cfg, Path(run_dir) / "videos", seed))
+        result["video"] = str(record_video(policy, cfg, Path(run_dir) / "videos", seed))
     return result
 
 
 @torch.no_grad()
-def record_video(policy, spec, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
+def record_video(policy, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
     """Roll out one episode and draw every ``100 // fps``-th control step (real-time playback)."""
-    env = spec.make(eval_env_config(spec, cfg.env), num_envs=1, device="cpu", seed=seed)
+    env = make_eval_env(cfg, num_envs=1, device="cpu")
     if not hasattr(env, "render_frame"):
         raise UserError(f"task {cfg.task!r} has no renderer for --video")
     obs, _ = env.reset(seed=seed)

@@ -16,7 +16,7 @@ from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS, TASKS
-from embodied.evaluate import eval_env_config
+from embodied.evaluate import make_eval_env
 from embodied.runners import RUNNERS
 from embodied.runtime.collector import SyncCollector
 
@@ -48,11 +48,7 @@ def build(cfg: RunConfig, run_dir: Path):
                     learner_device, cfg.seed, total_steps=cfg.total_steps)
     collector = SyncCollector(env, learner_device)
 
-    def make_eval_env():
-        return spec.make(eval_env_config(spec, cfg.env), num_envs=cfg.log.eval_episodes, device=sim_device,
-                         seed=cfg.seed + 1)
-
-    return RUNNERS[cfg.algo](cfg, collector, algo, make_eval_env, run_dir)
+    return RUNNERS[cfg.algo](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes), run_dir)
 
 
 def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:

@@ -11,12 +11,10 @@ import torch
 from embodied.algos.base import Algorithm
 from embodied.checkpoint import save_checkpoint
 from embodied.config import RunConfig, to_dict
-from embodied.evaluate import evaluate
+from embodied.evaluate import eval_seed, evaluate
 from embodied.metrics import MetricsLogger, plot_learning_curve
 from embodied.policies import policy_spec
 from embodied.runtime.collector import SyncCollector
-
-EVAL_SEED_OFFSET = 10_000  # eval envs draw initial states from a stream the training never sees
 
 
 class Runner:
@@ -61,10 +59,14 @@ class Runner:
             stop = self.run_eval()
         if log.checkpoint_every and self._due("ckpt", log.checkpoint_every):
             self.checkpoint()
-        self.logger.show(self.step, self.step / max(self.train_time, 1e-9) if self.train_time else 0.0,
-                         self._recent_mean("return"), self.last_eval.get("eval/success"))
+        self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"), self.last_eval.get("eval/success"))
         self._t_start = time.perf_counter()
         return stop or self.step >= self.cfg.total_steps
+
+    @property
+    def steps_per_s(self) -> float:
+        """Env steps per second of training time (eval and checkpoints excluded)."""
+        return self.step / self.train_time if self.train_time > 0 else 0.0
 
     def _due(self, what: str, every: int) -> bool:
         if every <= 0 or self.step - self._marks[what] < every:
@@ -84,7 +86,7 @@ class Runner:
                 row[f"train/{key}"] = v
         row.update({f"env/{k}": v for k, v in self.collector.log.items()})
         row["time/train_s"] = self.train_time
-        row["time/steps_per_s"] = self.step / max(self.train_time, 1e-9)
+        row["time/steps_per_s"] = self.steps_per_s
         self.logger.log(self.step, row)
 
     def run_eval(self) -> bool:
@@ -93,7 +95,7 @@ class Runner:
         actor = self.algo.actor()
         was_training = actor.training
         actor.eval()
-        result = evaluate(actor.act, self._eval_env, seed=self.cfg.seed + EVAL_SEED_OFFSET,
+        result = evaluate(actor.act, self._eval_env, seed=eval_seed(self.cfg),
                           learner_device=self.cfg.learner_device)
         actor.train(was_training)
         self.last_eval = result
@@ -134,7 +136,7 @@ class Runner:
 
     def finish(self) -> dict:
         self.checkpoint()
-        self.logger.show(self.step, self.step / max(self.train_time, 1e-9), self._recent_mean("return"),
+        self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"),
                          self.last_eval.get("eval/success"), force=True)
         self.logger.close()
         plot_learning_curve(self.run_dir)

@@ -34,7 +34,6 @@ def milestones(curve: list) -> dict:
         hit = next((r for r in curve if r[1] >= level), None)
         out[f"{level:.2f}"] = {"env_steps": hit[0], "train_s": hit[2]} if hit else None
     return out
-EVAL_SEED = 10_000  # = seed 0 + EVAL_SEED_OFFSET, what our runner uses
 
 
 def _peak_rss_mb(pid: int, stop: threading.Event, out: list) -> None:
@@ -92,10 +91,12 @@ def run_sb3_sac(cap_s: float, eval_every: int, num_envs: int, seed: int) -> dict
     from stable_baselines3.common.callbacks import BaseCallback
 
     import embodied
-    from embodied.evaluate import evaluate
+    from embodied.config import load_config
+    from embodied.evaluate import eval_seed, evaluate, make_eval_env
 
     env = embodied.to_sb3(embodied.make_env("quadrotor-hover", num_envs=num_envs, seed=seed))
-    eval_env = embodied.make_env("quadrotor-hover", num_envs=100, seed=seed + 1)
+    run_cfg = load_config("quadrotor-hover", overrides=[f"seed={seed}"])  # ours, for its evaluation protocol
+    eval_env = make_eval_env(run_cfg, num_envs=100)
     model = SAC("MlpPolicy", env, learning_rate=1e-3, buffer_size=300_000, learning_starts=5000, batch_size=128,
                 gamma=0.99, tau=0.005, train_freq=1, gradient_steps=2, target_entropy=-4.0,
                 policy_kwargs={"net_arch": [64, 64]}, seed=seed, device="cpu", verbose=0)
@@ -118,7 +119,7 @@ def run_sb3_sac(cap_s: float, eval_every: int, num_envs: int, seed: int) -> dict
                 action, _ = self.model.predict(obs.numpy(), deterministic=True)
                 return torch.as_tensor(action)
 
-            res = evaluate(act, eval_env, seed=EVAL_SEED)
+            res = evaluate(act, eval_env, seed=eval_seed(run_cfg))
             self.curve.append((self.num_timesteps, round(res["eval/success"], 3), round(self.train_s, 1)))
             self.t0 = time.perf_counter()
             if res["eval/success"] >= CRITERION:
