@@ -26,6 +26,7 @@ class PolicyConfig:
     critic_hidden: list[int] = field(default_factory=lambda: [64, 64])
     activation: str = "tanh"  # tanh | elu | relu
     obs_normalization: bool = True  # running mean/std inside the module (exported with it)
+    symmetrize: bool = False  # TD3: average the actor over the task's symmetry group (exactly equivariant)
 
 
 @dataclass
@@ -61,6 +62,7 @@ class OffPolicyConfig:
     actor_every: int = 2  # actor (and targets, TD3) update on every n-th critic update
     max_grad_norm: float | None = 1.0
     weight_decay: float = 1e-4
+    symmetry_augmentation: bool = False  # each replay row seen under a random element of the task's symmetry group
 
 
 @dataclass

@@ -11,6 +11,7 @@ import embodied.algos.ppo  # noqa: F401  (registers algorithms)
 import embodied.algos.sac  # noqa: F401
 import embodied.algos.td3  # noqa: F401
 import embodied.tasks  # noqa: F401  (registers tasks)
+from embodied.algos.off_policy import OffPolicyAlgorithm
 from embodied.checkpoint import load_checkpoint
 from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
@@ -44,8 +45,11 @@ def build(cfg: RunConfig, run_dir: Path):
         raise UserError("num_envs and total_steps must be >= 1")
     env = spec.make(cfg.env, num_envs=cfg.num_envs, device=sim_device, seed=cfg.seed)
     algo_cfg = getattr(cfg, cfg.algo)
+    if cfg.policy.symmetrize and cfg.algo != "td3":
+        raise UserError(f"policy.symmetrize is implemented for td3 (a deterministic actor), not {cfg.algo}")
+    extra = {"symmetry": env.symmetry_group()} if issubclass(algo_cls, OffPolicyAlgorithm) else {}
     algo = algo_cls(algo_cfg, cfg.policy, env.single_observation_space, env.single_action_space, cfg.num_envs,
-                    learner_device, cfg.seed, total_steps=cfg.total_steps)
+                    learner_device, cfg.seed, total_steps=cfg.total_steps, **extra)
     collector = SyncCollector(env, learner_device)
 
     return RUNNERS[cfg.algo](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes), run_dir)

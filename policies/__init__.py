@@ -5,6 +5,7 @@ from embodied.policies.actor_critic import (
     DeterministicPolicy,
     GaussianActor,
     SquashedGaussianActor,
+    SymmetrizedActor,
     TwinQCritic,
     ValueCritic,
     build_policy,
@@ -13,4 +14,4 @@ from embodied.policies.actor_critic import (
 from embodied.policies.normalizer import EmpiricalNormalizer
 
 __all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "SquashedGaussianActor",
-           "TwinQCritic", "ValueCritic", "build_policy", "policy_spec"]
+           "SymmetrizedActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec"]

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embodied.core.registry import POLICIES
+from embodied.core.symmetry import SymmetryGroup
 from embodied.policies.networks import EnsembleMLP, mlp
 from embodied.policies.normalizer import EmpiricalNormalizer
 
@@ -123,6 +124,49 @@ class TwinQCritic(nn.Module):
         return self.net(torch.cat([self.normalizer(obs), action], -1), detach).squeeze(-1)
 
 
+class SymmetrizedActor(nn.Module):
+    """``pi(x) = mean_g g^-1 actor(g x)``: exactly equivariant under a symmetry group of the task
+    (``embodied.core.symmetry``), at the cost of running ``actor`` on every group image. The group
+    acts by signed permutations, stored as buffers, so the module exports like any other."""
+
+    def __init__(self, actor: dict, group: list):
+        super().__init__()
+        self.init_kwargs = dict(actor=actor, group=group)
+        self.actor = build_policy(actor)
+        g = SymmetryGroup(group).restrict(["policy", "action"])
+        self.register_buffer("obs_index", g.index["policy"], persistent=False)  # [G, D]
+        self.register_buffer("obs_sign", g.sign["policy"], persistent=False)
+        self.register_buffer("act_inv_index", g.inv_index["action"], persistent=False)  # [G, A]
+        self.register_buffer("act_inv_sign", g.inv_sign["action"], persistent=False)
+        self.normalizer = _OrbitStatistics(self)
+
+    def orbit(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[B, D] -> [B * G, D]``: every group image of every row."""
+        return (obs[:, self.obs_index] * self.obs_sign).reshape(-1, obs.shape[-1])
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        b, g = obs.shape[0], self.obs_index.shape[0]
+        y = self.actor(self.orbit(obs)).reshape(b, g, -1)
+        return (y.gather(2, self.act_inv_index.expand(b, -1, -1)) * self.act_inv_sign).mean(1)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)
+
+
+class _OrbitStatistics:
+    """The wrapped actor's normalizer, fed every group image so its statistics stay symmetric.
+    Not a module: the statistics live (and are saved) in the wrapped actor."""
+
+    def __init__(self, owner: SymmetrizedActor):
+        self._owner = [owner]  # a list, so nn.Module does not register the owner as a child
+
+    def update(self, obs: torch.Tensor) -> None:
+        owner = self._owner[0]
+        if hasattr(owner.actor.normalizer, "update"):
+            owner.actor.normalizer.update(owner.orbit(obs))
+
+
 class DeterministicPolicy(nn.Module):
     """What ``embodied.load_policy`` returns: ``act(obs_policy) -> action`` with no gradient."""
 
@@ -141,12 +185,13 @@ class DeterministicPolicy(nn.Module):
 POLICIES.register("gaussian_mlp", GaussianActor)
 POLICIES.register("squashed_gaussian_mlp", SquashedGaussianActor)
 POLICIES.register("deterministic_mlp", DeterministicActor)
+POLICIES.register("symmetrized", SymmetrizedActor)
 
 
 def policy_spec(actor: nn.Module) -> dict:
     """How to rebuild an actor: registry name and constructor kwargs."""
     names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp",
-             DeterministicActor: "deterministic_mlp"}
+             DeterministicActor: "deterministic_mlp", SymmetrizedActor: "symmetrized"}
     return {"name": names[type(actor)], "kwargs": dict(actor.init_kwargs)}
 
 

@@ -13,13 +13,20 @@ from torch import nn
 from embodied.algos.base import Algorithm, Obs, Transition, critic_dim, critic_obs
 from embodied.algos.replay import ReplayBuffer
 from embodied.config import OffPolicyConfig, PolicyConfig
+from embodied.core.errors import UserError
+from embodied.core.symmetry import SymmetryGroup
 from embodied.policies import TwinQCritic
 
 
 class OffPolicyAlgorithm(Algorithm):
     def __init__(self, cfg: OffPolicyConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
-                 device: torch.device, seed: int, total_steps: int | None = None):
+                 device: torch.device, seed: int, total_steps: int | None = None,
+                 symmetry: SymmetryGroup | None = None):
         self.cfg, self.device, self.num_envs = cfg, torch.device(device), num_envs
+        if (cfg.symmetry_augmentation or policy.symmetrize) and symmetry is None:
+            raise UserError("symmetry_augmentation / policy.symmetrize need a task that declares a symmetry group")
+        self.symmetry = symmetry.to(self.device) if symmetry is not None else None
+        self._critic_key = "critic" if "critic" in obs_space.spaces else "policy"
         obs_dim, cdim = obs_space["policy"].shape[0], critic_dim(obs_space)
         self.act_dim = act_dim = action_space.shape[0]
         self.generator = torch.Generator(device=self.device)
@@ -59,6 +66,17 @@ class OffPolicyAlgorithm(Algorithm):
 
     def _extra_param_groups(self) -> list[dict]:
         return []
+
+    def _sample(self) -> dict[str, torch.Tensor]:
+        """A replay batch; with ``symmetry_augmentation`` each row under a random group element."""
+        b = self.buffer.sample(self.cfg.batch_size, self.generator)
+        if self.cfg.symmetry_augmentation:
+            group, ck = self.symmetry, self._critic_key
+            g = group.sample(self.cfg.batch_size, self.generator)
+            for name, key in (("obs", "policy"), ("next_obs", "policy"), ("cobs", ck), ("next_cobs", ck),
+                              ("action", "action")):
+                b[name] = group.apply(key, b[name], g)
+        return b
 
     # ---- verbs -------------------------------------------------------------------------------
     @torch.no_grad()

@@ -40,7 +40,7 @@ class SAC(OffPolicyAlgorithm):
             L_alpha = E[-log alpha (log pi(a~|s) + H_target)]
         The actor is evaluated once on [s; s'] (a' is detached)."""
         cfg = self.cfg
-        b = self.buffer.sample(cfg.batch_size, self.generator)
+        b = self._sample()
         alpha = self.log_alpha.detach().exp()
         actor_step = (self.num_updates + 1) % cfg.actor_every == 0
         bsz = cfg.batch_size

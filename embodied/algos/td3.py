@@ -15,12 +15,14 @@ import torch
 from embodied.algos.off_policy import OffPolicyAlgorithm
 from embodied.config import PolicyConfig
 from embodied.core.registry import ALGOS
-from embodied.policies import DeterministicActor
+from embodied.policies import DeterministicActor, SymmetrizedActor, policy_spec
 
 
 class TD3(OffPolicyAlgorithm):
     def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
         actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization)
+        if policy.symmetrize:
+            actor = SymmetrizedActor(policy_spec(actor), self.symmetry.to_spec())
         self.pi_target = copy.deepcopy(actor).to(self.device).requires_grad_(False)
         self._pit_params = list(self.pi_target.parameters())
         return actor
@@ -37,7 +39,7 @@ class TD3(OffPolicyAlgorithm):
             L_pi = -E[Q_1(s, pi(s))] every ``actor_every``-th step (Q's parameters held constant),
         then the targets move by Polyak averaging on those same steps."""
         cfg = self.cfg
-        b = self.buffer.sample(cfg.batch_size, self.generator)
+        b = self._sample()
         actor_step = (self.num_updates + 1) % cfg.actor_every == 0
         with torch.no_grad():
             next_mu = self.pi_target(b["next_obs"])

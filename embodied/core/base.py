@@ -53,6 +53,10 @@ class VecEnv(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
 
+    def symmetry_group(self):
+        """The task's symmetry group (``embodied.core.symmetry.SymmetryGroup``), or None."""
+        return None
+
     # checkpointing: everything needed to continue the env stream exactly
     def state_dict(self) -> dict:
         return {}

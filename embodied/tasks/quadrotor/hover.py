@@ -20,6 +20,7 @@ import torch
 from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
+from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
 from embodied.kernels.quadrotor import GRAVITY, ROTOR_X
 from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams, QuadrotorSim
 
@@ -89,6 +90,12 @@ class QuadrotorHoverConfig:
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     domain_randomization: DomainRandomizationConfig = field(default_factory=DomainRandomizationConfig)
 
+
+# The mirror images that keep the rotor spin pattern (ROTOR_X/Y/DIR): y -> -y swaps rotors 0<->3 and 1<->2,
+# x -> -x swaps 0<->1 and 2<->3 (each swap joins rotors of opposite spin, which a reflection needs), and their
+# product is the 180-degree turn about z. Each is (diag(M), rotor permutation).
+MIRRORS = (((1.0, 1.0, 1.0), (0, 1, 2, 3)), ((1.0, -1.0, 1.0), (3, 2, 1, 0)), ((-1.0, 1.0, 1.0), (1, 0, 3, 2)),
+           ((-1.0, -1.0, 1.0), (2, 3, 0, 1)))
 
 ARM = abs(ROTOR_X[0])  # [m] rotor offset along each body axis; scales disturbance torque in the critic obs
 
@@ -233,6 +240,20 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         w.position = min(w.position * c.position_factor, c.position_cap)
         w.lin_vel = min(w.lin_vel * c.lin_vel_factor, c.lin_vel_cap)
         w.action = min(w.action * c.action_factor, c.action_cap)
+
+    # ---- symmetry ----------------------------------------------------------------------------
+    def symmetry_group(self) -> SymmetryGroup:
+        """The mirror group acting on both observation groups and the action (core/symmetry.py)."""
+        h = self.cfg.action_history
+        elements = []
+        for m, perm in MIRRORS:
+            kinematic = concat(mirror_vector(m, 0), mirror_rotation(m, 3), mirror_vector(m, 12), mirror_axial(m, 15))
+            elements.append({
+                "policy": concat(kinematic, permutation(perm, 18, h)),
+                "critic": concat(kinematic, mirror_vector(m, 18), mirror_axial(m, 21), permutation(perm, 24)),
+                "action": permutation(perm),
+            })
+        return SymmetryGroup(elements, self.device)
 
     # ---- rendering ---------------------------------------------------------------------------
     control_dt = 0.01  # [s]
