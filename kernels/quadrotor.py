@@ -74,89 +74,7 @@ def rk4_step_torch(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float)
 
 
 # ---- numba CPU kernel ---------------------------------------------------------------------------
-_numba_kernel = None
-
-
-def _build_numba():
-    import numba as nb
-
-    rx0, rx1, rx2, rx3 = ROTOR_X
-    ry0, ry1, ry2, ry3 = ROTOR_Y
-    d0, d1, d2, d3 = ROTOR_DIR
-    g = GRAVITY
-
-    @nb.njit(inline="always", fastmath=True, cache=True, error_model="numpy")
-    def deriv(x, p, u, k):
-        qw, qx, qy, qz = x[3], x[4], x[5], x[6]
-        wx, wy, wz = x[10], x[11], x[12]
-        kf = p[4]
-        f0 = kf * x[13] * x[13]
-        f1 = kf * x[14] * x[14]
-        f2 = kf * x[15] * x[15]
-        f3 = kf * x[16] * x[16]
-        thrust = f0 + f1 + f2 + f3
-        tx = ry0 * f0 + ry1 * f1 + ry2 * f2 + ry3 * f3 + p[10]
-        ty = -(rx0 * f0 + rx1 * f1 + rx2 * f2 + rx3 * f3) + p[11]
-        tz = p[5] * (d0 * f0 + d1 * f1 + d2 * f2 + d3 * f3) + p[12]
-        inv_m = 1.0 / p[0]
-        k[0] = x[7]
-        k[1] = x[8]
-        k[2] = x[9]
-        k[3] = 0.5 * (-qx * wx - qy * wy - qz * wz)
-        k[4] = 0.5 * (qw * wx + qy * wz - qz * wy)
-        k[5] = 0.5 * (qw * wy - qx * wz + qz * wx)
-        k[6] = 0.5 * (qw * wz + qx * wy - qy * wx)
-        k[7] = (2.0 * (qx * qz + qw * qy) * thrust + p[7]) * inv_m
-        k[8] = (2.0 * (qy * qz - qw * qx) * thrust + p[8]) * inv_m
-        k[9] = ((1.0 - 2.0 * (qx * qx + qy * qy)) * thrust + p[9]) * inv_m - g
-        jx, jy, jz = p[1], p[2], p[3]
-        # w x (J w)
-        cx = wy * (jz * wz) - wz * (jy * wy)
-        cy = wz * (jx * wx) - wx * (jz * wz)
-        cz = wx * (jy * wy) - wy * (jx * wx)
-        k[10] = (tx - cx) / jx
-        k[11] = (ty - cy) / jy
-        k[12] = (tz - cz) / jz
-        inv_tm = 1.0 / p[6]
-        k[13] = (u[0] - x[13]) * inv_tm
-        k[14] = (u[1] - x[14]) * inv_tm
-        k[15] = (u[2] - x[15]) * inv_tm
-        k[16] = (u[3] - x[16]) * inv_tm
-
-    @nb.njit(fastmath=True, cache=True, error_model="numpy")
-    def rk4_inplace(x, p, u, dt):
-        n = x.shape[0]
-        k1 = np.empty(17, np.float32)
-        k2 = np.empty(17, np.float32)
-        k3 = np.empty(17, np.float32)
-        k4 = np.empty(17, np.float32)
-        tmp = np.empty(17, np.float32)
-        h = np.float32(0.5 * dt)
-        full = np.float32(dt)
-        sixth = np.float32(dt / 6.0)
-        for i in range(n):
-            xi = x[i]
-            pi = p[i]
-            ui = u[i]
-            deriv(xi, pi, ui, k1)
-            for j in range(17):
-                tmp[j] = xi[j] + h * k1[j]
-            deriv(tmp, pi, ui, k2)
-            for j in range(17):
-                tmp[j] = xi[j] + h * k2[j]
-            deriv(tmp, pi, ui, k3)
-            for j in range(17):
-                tmp[j] = xi[j] + full * k3[j]
-            deriv(tmp, pi, ui, k4)
-            for j in range(17):
-                xi[j] = xi[j] + sixth * (k1[j] + 2.0 * k2[j] + 2.0 * k3[j] + k4[j])
-            inv = 1.0 / np.sqrt(xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5] + xi[6] * xi[6])
-            xi[3] *= inv
-            xi[4] *= inv
-            xi[5] *= inv
-            xi[6] *= inv
-
-    return rk4_inplace
+_geometry = None  # numba kernel constants, built on first use
 
 
 def numba_available() -> bool:
@@ -173,10 +91,12 @@ def rk4_step_numba_(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float
         if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
             raise ValueError(f"numba quadrotor kernel needs contiguous float32 CPU tensors; {name} is "
                              f"{t.dtype} on {t.device}{'' if t.is_contiguous() else ', non-contiguous'}")
-    global _numba_kernel
-    if _numba_kernel is None:
-        _numba_kernel = _build_numba()
-    _numba_kernel(x.numpy(), p.numpy(), u.numpy(), dt)
+    from embodied.kernels.quadrotor_numba import rk4_inplace  # numba is optional: import on first use
+
+    global _geometry
+    if _geometry is None:
+        _geometry = np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32)
+    rk4_inplace(x.numpy(), p.numpy(), u.numpy(), dt, _geometry)
     return x
 
 

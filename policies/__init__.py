@@ -3,9 +3,9 @@
 from embodied.policies.actor_critic import (
     DeterministicActor,
     DeterministicPolicy,
+    EquivariantActor,
     GaussianActor,
     SquashedGaussianActor,
-    SymmetrizedActor,
     TwinQCritic,
     ValueCritic,
     build_policy,
@@ -13,5 +13,5 @@ from embodied.policies.actor_critic import (
 )
 from embodied.policies.normalizer import EmpiricalNormalizer
 
-__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "SquashedGaussianActor",
-           "SymmetrizedActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec"]
+__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "EquivariantActor", "GaussianActor",
+           "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec"]

@@ -11,7 +11,7 @@ from torch import nn
 
 from embodied.core.registry import POLICIES
 from embodied.core.symmetry import SymmetryGroup
-from embodied.policies.networks import EnsembleMLP, mlp
+from embodied.policies.networks import EnsembleMLP, GroupMLP, mlp
 from embodied.policies.normalizer import EmpiricalNormalizer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -124,30 +124,28 @@ class TwinQCritic(nn.Module):
         return self.net(torch.cat([self.normalizer(obs), action], -1), detach).squeeze(-1)
 
 
-class SymmetrizedActor(nn.Module):
-    """``pi(x) = mean_g g^-1 actor(g x)``: exactly equivariant under a symmetry group of the task
-    (``embodied.core.symmetry``), at the cost of running ``actor`` on every group image. The group
-    acts by signed permutations, stored as buffers, so the module exports like any other."""
+class EquivariantActor(nn.Module):
+    """a = tanh(f(obs)) with ``f`` a ``GroupMLP``: exactly equivariant under the task's symmetry group
+    (``embodied.core.symmetry``), ``pi(g x) = g pi(x)``, at the cost of a plain MLP of the same width.
+    For the quadrotor this puts the hover point of the policy on the set-point by construction.
+    ``group`` is ``SymmetryGroup.to_spec()`` (lists, so the policy spec stays plain data)."""
 
-    def __init__(self, actor: dict, group: list):
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "relu",
+                 obs_normalization: bool = False, group: list | None = None):
         super().__init__()
-        self.init_kwargs = dict(actor=actor, group=group)
-        self.actor = build_policy(actor)
-        g = SymmetryGroup(group).restrict(["policy", "action"])
-        self.register_buffer("obs_index", g.index["policy"], persistent=False)  # [G, D]
-        self.register_buffer("obs_sign", g.sign["policy"], persistent=False)
-        self.register_buffer("act_inv_index", g.inv_index["action"], persistent=False)  # [G, A]
-        self.register_buffer("act_inv_sign", g.inv_sign["action"], persistent=False)
+        self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
+                                obs_normalization=obs_normalization, group=group)
+        g = SymmetryGroup(group)
+        self.obs_norm = _normalizer(obs_dim, obs_normalization)
+        self.net = GroupMLP(obs_dim, list(hidden), act_dim, activation, g)
         self.normalizer = _OrbitStatistics(self)
 
     def orbit(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, D] -> [B * G, D]``: every group image of every row."""
-        return (obs[:, self.obs_index] * self.obs_sign).reshape(-1, obs.shape[-1])
+        return (obs[:, self.net.in_index] * self.net.in_sign).reshape(-1, obs.shape[-1])
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        b, g = obs.shape[0], self.obs_index.shape[0]
-        y = self.actor(self.orbit(obs)).reshape(b, g, -1)
-        return (y.gather(2, self.act_inv_index.expand(b, -1, -1)) * self.act_inv_sign).mean(1)
+        return torch.tanh(self.net(self.obs_norm(obs)))
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
@@ -155,16 +153,16 @@ class SymmetrizedActor(nn.Module):
 
 
 class _OrbitStatistics:
-    """The wrapped actor's normalizer, fed every group image so its statistics stay symmetric.
-    Not a module: the statistics live (and are saved) in the wrapped actor."""
+    """The actor's normalizer, fed every group image so its statistics stay symmetric (then
+    normalizing commutes with the group). Not a module: the statistics live in ``owner.obs_norm``."""
 
-    def __init__(self, owner: SymmetrizedActor):
+    def __init__(self, owner: EquivariantActor):
         self._owner = [owner]  # a list, so nn.Module does not register the owner as a child
 
     def update(self, obs: torch.Tensor) -> None:
         owner = self._owner[0]
-        if hasattr(owner.actor.normalizer, "update"):
-            owner.actor.normalizer.update(owner.orbit(obs))
+        if hasattr(owner.obs_norm, "update"):
+            owner.obs_norm.update(owner.orbit(obs))
 
 
 class DeterministicPolicy(nn.Module):
@@ -185,13 +183,13 @@ class DeterministicPolicy(nn.Module):
 POLICIES.register("gaussian_mlp", GaussianActor)
 POLICIES.register("squashed_gaussian_mlp", SquashedGaussianActor)
 POLICIES.register("deterministic_mlp", DeterministicActor)
-POLICIES.register("symmetrized", SymmetrizedActor)
+POLICIES.register("equivariant_deterministic_mlp", EquivariantActor)
 
 
 def policy_spec(actor: nn.Module) -> dict:
     """How to rebuild an actor: registry name and constructor kwargs."""
     names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp",
-             DeterministicActor: "deterministic_mlp", SymmetrizedActor: "symmetrized"}
+             DeterministicActor: "deterministic_mlp", EquivariantActor: "equivariant_deterministic_mlp"}
     return {"name": names[type(actor)], "kwargs": dict(actor.init_kwargs)}
 
 

@@ -64,3 +64,53 @@ class EnsembleMLP(nn.Module):
             if i < len(self.layers) - 1:
                 x = self.act(x)
         return x
+
+
+class GroupMLP(nn.Module):
+    """An MLP that is exactly equivariant under a finite symmetry group at the cost of a plain MLP
+    of the same width (a group-convolutional network on the regular representation, Cohen & Welling
+    2016): hidden width ``w`` holds ``w / G`` channels per group element.
+
+        h1[g]  = act(W1 (g x) + b1)                       lifting: one shared layer per group image
+        h+1[g] = act(sum_g' W[g' o g^-1] h[g'] + b)       group layers: weights shared along the group
+        y      = mean_g g^-1 (W_out h_L[g] + b_out)       projection back to the output representation
+
+    ``group`` acts on the input (key ``in_key``) and the output (key ``out_key``) by signed
+    permutations. ``[B, in] -> [B, out]``."""
+
+    def __init__(self, in_dim: int, hidden: list[int], out_dim: int, act: str, group, in_key: str = "policy",
+                 out_key: str = "action", out_gain: float = 1.0):
+        super().__init__()
+        n = group.size
+        if any(w % n for w in hidden):
+            raise UserError(f"hidden widths {hidden} must be multiples of the symmetry group's size {n}")
+        channels = [w // n for w in hidden]
+        self.register_buffer("in_index", group.index[in_key], persistent=False)  # [G, in]
+        self.register_buffer("in_sign", group.sign[in_key], persistent=False)
+        self.register_buffer("out_inv_index", group.inv_index[out_key], persistent=False)  # [G, out]
+        self.register_buffer("out_inv_sign", group.inv_sign[out_key], persistent=False)
+        # kernel[g, g'] = element g' o g^-1: which shared weight connects input copy g' to output copy g
+        kernel = [[group.compose(gp, group.inverse(g)) for gp in range(n)] for g in range(n)]
+        self.register_buffer("kernel", torch.tensor(kernel), persistent=False)
+        self.lift = nn.Linear(in_dim, channels[0])
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for a, b in zip(channels[:-1], channels[1:]):
+            bound = 1.0 / math.sqrt(n * a)  # nn.Linear's default init for the full [n a] fan-in
+            self.weights.append(nn.Parameter(torch.empty(n, b, a).uniform_(-bound, bound)))
+            self.biases.append(nn.Parameter(torch.empty(b).uniform_(-bound, bound)))
+        self.out = nn.Linear(channels[-1], out_dim)
+        nn.init.orthogonal_(self.out.weight, gain=out_gain)
+        nn.init.zeros_(self.out.bias)
+        self.act = activation(act)()
+        self.num = n
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n = x.shape[0], self.num
+        h = self.act(self.lift(x[:, self.in_index] * self.in_sign))  # [B, G, c]
+        for w, bias in zip(self.weights, self.biases):
+            c_out, c_in = w.shape[1], w.shape[2]
+            full = w[self.kernel].permute(0, 2, 1, 3).reshape(n * c_out, n * c_in)  # [G c_out, G c_in]
+            h = self.act(torch.addmm(bias.repeat(n), h.reshape(b, n * c_in), full.t())).reshape(b, n, c_out)
+        y = self.out(h)  # [B, G, out]
+        return (y.gather(2, self.out_inv_index.expand(b, -1, -1)) * self.out_inv_sign).mean(1)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import Algorithm, Obs, Transition, critic_dim, critic_obs
+from embodied.algos.optim import FusedAdam, clip_grad_norm_
 from embodied.algos.replay import ReplayBuffer
 from embodied.config import OffPolicyConfig, PolicyConfig
 from embodied.core.errors import UserError
@@ -27,6 +28,7 @@ class OffPolicyAlgorithm(Algorithm):
             raise UserError("symmetry_augmentation / policy.symmetrize need a task that declares a symmetry group")
         self.symmetry = symmetry.to(self.device) if symmetry is not None else None
         self._critic_key = "critic" if "critic" in obs_space.spaces else "policy"
+        self._row_group: tuple[torch.Tensor, torch.Tensor] | None = None  # built on first augmented batch
         obs_dim, cdim = obs_space["policy"].shape[0], critic_dim(obs_space)
         self.act_dim = act_dim = action_space.shape[0]
         self.generator = torch.Generator(device=self.device)
@@ -37,13 +39,14 @@ class OffPolicyAlgorithm(Algorithm):
         self.q_target = TwinQCritic(cdim, act_dim, policy.critic_hidden, policy.activation).to(self.device)
         self.q_target.load_state_dict(self.q.state_dict())
         self.q_target.requires_grad_(False)
-        # one fused Adam over all groups: a single optimizer call per gradient step (CPU dispatch
-        # overhead, not FLOPs, dominates these small networks)
-        self.opt = torch.optim.Adam(
-            [{"params": list(self.q.parameters()), "lr": cfg.lr_critic, "weight_decay": cfg.weight_decay},
-             {"params": list(self.pi.parameters()), "lr": cfg.lr_actor, "weight_decay": cfg.weight_decay},
-             *self._extra_param_groups()],
-            fused=True)
+        # one fused Adam over the critic, actor (and subclass) groups, fed gradients from one
+        # autograd.grad call per step (optim.py: torch.optim's per-step overhead dominated here)
+        self._groups = [list(self.q.parameters()), list(self.pi.parameters())]
+        extra = self._extra_param_groups()
+        self._groups += [g["params"] for g in extra]
+        self.opt = FusedAdam(
+            [{"params": self._groups[0], "lr": cfg.lr_critic, "weight_decay": cfg.weight_decay},
+             {"params": self._groups[1], "lr": cfg.lr_actor, "weight_decay": cfg.weight_decay}, *extra])
         capacity = min(cfg.buffer_size, total_steps) if total_steps else cfg.buffer_size
         self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
         self.num_observed = 0  # env steps stored
@@ -69,14 +72,30 @@ class OffPolicyAlgorithm(Algorithm):
 
     def _sample(self) -> dict[str, torch.Tensor]:
         """A replay batch; with ``symmetry_augmentation`` each row under a random group element."""
-        b = self.buffer.sample(self.cfg.batch_size, self.generator)
-        if self.cfg.symmetry_augmentation:
-            group, ck = self.symmetry, self._critic_key
-            g = group.sample(self.cfg.batch_size, self.generator)
-            for name, key in (("obs", "policy"), ("next_obs", "policy"), ("cobs", ck), ("next_cobs", ck),
-                              ("action", "action")):
-                b[name] = group.apply(key, b[name], g)
-        return b
+        if not self.cfg.symmetry_augmentation:
+            return self.buffer.sample(self.cfg.batch_size, self.generator)
+        if self._row_group is None:
+            self._row_group = self._buffer_row_symmetry()
+        index, sign = self._row_group
+
+        def augment(rows: torch.Tensor) -> torch.Tensor:  # one gather for every field of the row
+            g = torch.randint(index.shape[0], (rows.shape[0],), generator=self.generator, device=self.device)
+            return rows.gather(1, index[g]) * sign[g]
+
+        return self.buffer.sample(self.cfg.batch_size, self.generator, augment)
+
+    def _buffer_row_symmetry(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The symmetry group acting on whole replay rows: ``[G, width]`` index and sign."""
+        group, fields = self.symmetry, {"obs": "policy", "next_obs": "policy", "cobs": self._critic_key,
+                                        "next_cobs": self._critic_key, "action": "action"}
+        width = self.buffer.storage.shape[1]
+        index = torch.arange(width, device=self.device).repeat(group.size, 1)
+        sign = torch.ones(group.size, width, device=self.device)
+        for name, sl in self.buffer.slices.items():
+            if name in fields:
+                index[:, sl] = group.index[fields[name]] + sl.start
+                sign[:, sl] = group.sign[fields[name]]
+        return index, sign
 
     # ---- verbs -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -108,14 +127,19 @@ class OffPolicyAlgorithm(Algorithm):
 
     # ---- shared pieces of a gradient step ------------------------------------------------------
     def _apply(self, loss: torch.Tensor, actor_step: bool) -> None:
-        """Backward, clip critic (and actor) gradients, one optimizer step."""
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        """Gradients of the critic (and on actor steps, the actor's and any extra groups'), clipped
+        per network, then one optimizer step."""
+        groups = range(len(self._groups)) if actor_step else range(1)
+        params = [p for i in groups for p in self._groups[i]]
+        flat = torch.autograd.grad(loss, params)
+        grads, start = {}, 0
+        for i in groups:
+            grads[i] = flat[start:start + len(self._groups[i])]
+            start += len(self._groups[i])
         if self.cfg.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self._q_params, self.cfg.max_grad_norm, foreach=True)
-            if actor_step:
-                nn.utils.clip_grad_norm_(self._pi_params, self.cfg.max_grad_norm, foreach=True)
-        self.opt.step()
+            for i in groups[:2]:
+                clip_grad_norm_(grads[i], self.cfg.max_grad_norm)
+        self.opt.step(grads)
         self.num_updates += 1
 
     @staticmethod

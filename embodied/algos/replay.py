@@ -38,9 +38,13 @@ class ReplayBuffer:
         self.pos = end % self.capacity
         self.size = min(self.size + n, self.capacity)
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def sample(self, batch_size: int, generator: torch.Generator, transform=None) -> dict[str, torch.Tensor]:
+        """``batch_size`` rows drawn uniformly; ``transform(rows [B, width])`` may rewrite whole rows
+        (e.g. a random symmetry per row) before they are split into fields."""
         idx = torch.randint(self.size, (batch_size,), generator=generator, device=generator.device)
         rows = self.storage.index_select(0, idx)
+        if transform is not None:
+            rows = transform(rows)
         out = {k: rows[:, s] for k, s in self.slices.items()}
         out["reward"] = out["reward"].squeeze(1)
         out["done"] = out["done"].squeeze(1)

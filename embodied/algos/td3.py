@@ -15,14 +15,17 @@ import torch
 from embodied.algos.off_policy import OffPolicyAlgorithm
 from embodied.config import PolicyConfig
 from embodied.core.registry import ALGOS
-from embodied.policies import DeterministicActor, SymmetrizedActor, policy_spec
+from embodied.policies import DeterministicActor, EquivariantActor
 
 
 class TD3(OffPolicyAlgorithm):
     def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
-        actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization)
         if policy.symmetrize:
-            actor = SymmetrizedActor(policy_spec(actor), self.symmetry.to_spec())
+            actor = EquivariantActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
+                                     policy.obs_normalization, self.symmetry.to_spec())
+        else:
+            actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
+                                       policy.obs_normalization)
         self.pi_target = copy.deepcopy(actor).to(self.device).requires_grad_(False)
         self._pit_params = list(self.pi_target.parameters())
         return actor

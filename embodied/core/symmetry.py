@@ -64,6 +64,20 @@ class SymmetryGroup:
     def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
         return torch.randint(self.size, (n,), generator=generator, device=self.device)
 
+    def compose(self, g: int, h: int) -> int:
+        """The element ``g o h`` (act with ``h``, then ``g``)."""
+        want = {}
+        for k in self.keys:
+            (ig, sg), (ih, sh) = self.elements[g][k], self.elements[h][k]
+            want[k] = ([ih[i] for i in ig], [sg[j] * sh[i] for j, i in enumerate(ig)])
+        for e, elem in enumerate(self.elements):
+            if all(elem[k] == want[k] for k in self.keys):
+                return e
+        raise ValueError("the elements are not closed under composition")
+
+    def inverse(self, g: int) -> int:
+        return next(h for h in range(self.size) if self.compose(g, h) == 0)
+
     def to_spec(self) -> list[dict[str, list]]:
         return [{k: [i, s] for k, (i, s) in e.items()} for e in self.elements]
 

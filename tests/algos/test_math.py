@@ -407,3 +407,35 @@ def test_td3_exploration_stays_in_action_space():
     algo = TD3(cfg, PolicyConfig(actor_hidden=[8]), obs_space, act_space, 64, torch.device("cpu"), seed=0)
     a = algo.act({"policy": torch.randn(64, 2)})
     assert a.shape == (64, 1) and a.abs().max() <= 1.0 and a.std() > 0.5
+
+
+def test_fused_adam_matches_torch_adam_with_skipped_groups_and_clipping():
+    """FusedAdam over explicit gradients == torch.optim.Adam(fused=True) over .grad, including a
+    group that sits out some steps (grad None in torch) and global-norm clipping per group."""
+    from embodied.algos.optim import FusedAdam, clip_grad_norm_
+
+    torch.manual_seed(0)
+    nets = [nn.Linear(3, 4), nn.Linear(4, 2)]
+    twins = copy.deepcopy(nets)
+    ref = torch.optim.Adam([{"params": nets[0].parameters(), "lr": 1e-2, "weight_decay": 1e-4},
+                            {"params": nets[1].parameters(), "lr": 3e-3, "weight_decay": 0.0}], fused=True)
+    mine = FusedAdam([{"params": list(twins[0].parameters()), "lr": 1e-2, "weight_decay": 1e-4},
+                      {"params": list(twins[1].parameters()), "lr": 3e-3, "weight_decay": 0.0}])
+    for t in range(6):
+        x = torch.randn(8, 3)
+        both = t % 2 == 1
+        ref.zero_grad(set_to_none=True)
+        (nets[1](nets[0](x)) ** 2).sum().backward(inputs=[p for n in (nets if both else nets[:1])
+                                                          for p in n.parameters()])
+        for n in (nets if both else nets[:1]):
+            nn.utils.clip_grad_norm_(list(n.parameters()), 0.5)
+        ref.step()
+        params = [list(n.parameters()) for n in (twins if both else twins[:1])]
+        flat = torch.autograd.grad((twins[1](twins[0](x)) ** 2).sum(), [p for ps in params for p in ps])
+        grads = {0: flat[:2]} | ({1: flat[2:]} if both else {})
+        for g in grads.values():
+            clip_grad_norm_(g, 0.5)
+        mine.step(grads)
+        for a, b in zip([p for n in nets for p in n.parameters()], [p for n in twins for p in n.parameters()]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+    assert int(mine.steps[0][0]) == 6 and int(mine.steps[1][0]) == 3

@@ -7,8 +7,9 @@ import embodied
 from embodied.algos.base import Transition
 from embodied.algos.td3 import TD3
 from embodied.config import PolicyConfig, TD3Config
+from embodied.core.errors import UserError
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
-from embodied.policies import DeterministicActor, SymmetrizedActor, build_policy, policy_spec
+from embodied.policies import EquivariantActor, build_policy, policy_spec
 
 # Z2 x Z2 on a toy 3-dim obs / 2-dim action: swap the two actions and flip obs[0]; flip obs[1] alone
 TOY = [
@@ -47,32 +48,61 @@ def test_mirror_builders():
     assert concat(([0], [1.0]), ([2], [-1.0])) == ([0, 2], [1.0, -1.0])
 
 
-def test_symmetrized_actor_is_exactly_equivariant_and_rebuilds_from_its_spec():
+def s3_group():
+    """The permutations of 3 items acting on a 3-vector and a 3-action alike (non-abelian)."""
+    from itertools import permutations
+    return [{"policy": (list(p), [1.0] * 3), "action": (list(p), [1.0] * 3)} for p in permutations(range(3))]
+
+
+def test_compose_and_inverse():
+    g = SymmetryGroup(s3_group())
+    x = torch.randn(2, 3)
+    for a in range(g.size):
+        assert g.compose(a, g.inverse(a)) == 0
+        for b in range(g.size):
+            torch.testing.assert_close(g.apply("policy", x, g.compose(a, b)),
+                                       g.apply("policy", g.apply("policy", x, b), a))
+
+
+@pytest.mark.parametrize("elements", [TOY, s3_group()], ids=["klein", "s3"])
+def test_equivariant_actor_is_exactly_equivariant_and_rebuilds_from_its_spec(elements):
     torch.manual_seed(0)
-    inner = DeterministicActor(3, 2, [16], "tanh", obs_normalization=False)
-    actor = SymmetrizedActor(policy_spec(inner), TOY)
-    group = SymmetryGroup(TOY)
+    group = SymmetryGroup(elements)
+    n = group.size
+    actor = EquivariantActor(3, len(elements[0]["action"][0]), [4 * n, 2 * n], "tanh", group=elements)
     x = torch.randn(5, 3)
     a = actor(x)
-    for g in range(group.size):
+    for g in range(n):
         torch.testing.assert_close(actor(group.apply("policy", x, g)), group.apply("action", a, g))
-    # a state fixed by the whole group gets an action fixed by it: both actions equal
-    fixed = torch.tensor([[0.0, 0.0, 0.7]])
-    out = actor(fixed)
-    assert out[0, 0].item() == pytest.approx(out[0, 1].item(), abs=1e-7)
-    # it is the group average of the wrapped actor
-    want = torch.stack([group.apply("action", actor.actor(group.apply("policy", x, g)), g) for g in range(4)]).mean(0)
-    torch.testing.assert_close(a, want)
     rebuilt = build_policy(policy_spec(actor))
     rebuilt.load_state_dict(actor.state_dict())
     torch.testing.assert_close(rebuilt.act(x), a)
+    # the parameters are shared along the group: one lifting layer, [G, out, in] group weights
+    assert actor.net.lift.weight.shape == (4, 3) and actor.net.weights[0].shape == (n, 2, 4)
 
 
-def test_symmetrized_actor_normalizer_sees_the_whole_orbit():
-    inner = DeterministicActor(3, 2, [8], "relu", obs_normalization=True)
-    actor = SymmetrizedActor(policy_spec(inner), TOY)
+def test_equivariant_actor_fixed_state_gets_fixed_action_and_matches_a_plain_mlp_at_g1():
+    actor = EquivariantActor(3, 2, [8, 8], "tanh", group=TOY)
+    out = actor(torch.tensor([[0.0, 0.0, 0.7]]))  # fixed by every element: both actions equal
+    assert out[0, 0].item() == pytest.approx(out[0, 1].item(), abs=1e-7)
+    trivial = [{"policy": ([0, 1, 2], [1, 1, 1]), "action": ([0, 1], [1, 1])}]
+    one = EquivariantActor(3, 2, [8, 8], "relu", group=trivial)
+    x = torch.randn(4, 3)
+    net = one.net
+    h = torch.relu(net.lift(x))
+    h = torch.relu(h @ net.weights[0][0].t() + net.biases[0])
+    torch.testing.assert_close(one(x), torch.tanh(net.out(h)))
+
+
+def test_hidden_width_must_divide_by_group_size():
+    with pytest.raises(UserError, match="multiples"):
+        EquivariantActor(3, 2, [6], "relu", group=TOY)
+
+
+def test_equivariant_actor_normalizer_sees_the_whole_orbit():
+    actor = EquivariantActor(3, 2, [8], "relu", obs_normalization=True, group=TOY)
     actor.normalizer.update(torch.tensor([[1.0, 2.0, 3.0]]))
-    torch.testing.assert_close(actor.actor.normalizer.mean, torch.tensor([0.0, 0.0, 3.0]))
+    torch.testing.assert_close(actor.obs_norm.mean, torch.tensor([0.0, 0.0, 3.0]))
 
 
 def test_augmented_td3_batch_is_a_group_image_of_stored_rows():
@@ -91,7 +121,7 @@ def test_augmented_td3_batch_is_a_group_image_of_stored_rows():
     b = algo._sample()
     gen = torch.Generator().set_state(state)  # replay the same draws: raw rows, then group elements
     raw = algo.buffer.sample(cfg.batch_size, gen)
-    g = group.sample(cfg.batch_size, gen)
+    g = torch.randint(group.size, (cfg.batch_size,), generator=gen)
     assert len(set(g.tolist())) == group.size  # all four elements occur in 64 rows
     for name, key in (("obs", "policy"), ("next_obs", "policy"), ("cobs", "critic"), ("next_cobs", "critic"),
                       ("action", "action")):
