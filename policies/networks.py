@@ -87,6 +87,8 @@ class GroupMLP(nn.Module):
         channels = [w // n for w in hidden]
         self.register_buffer("in_index", group.index[in_key], persistent=False)  # [G, in]
         self.register_buffer("in_sign", group.sign[in_key], persistent=False)
+        self.register_buffer("in_inv_index", group.inv_index[in_key], persistent=False)
+        self.register_buffer("in_inv_sign", group.inv_sign[in_key], persistent=False)
         self.register_buffer("out_inv_index", group.inv_index[out_key], persistent=False)  # [G, out]
         self.register_buffer("out_inv_sign", group.inv_sign[out_key], persistent=False)
         # kernel[g, g'] = element g' o g^-1: which shared weight connects input copy g' to output copy g
@@ -106,11 +108,17 @@ class GroupMLP(nn.Module):
         self.num = n
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, n = x.shape[0], self.num
-        h = self.act(self.lift(x[:, self.in_index] * self.in_sign))  # [B, G, c]
+        """Each layer is one matmul on the activations: the group structure goes into the weights,
+        which are assembled from the shared parameters on every call (parameter-sized gathers)."""
+        n = self.num
+        # lifting: W1 (g x) = (W1 P_g) x with (W1 P_g)[:, i] = sign_g^-1[i] W1[:, index_g^-1[i]]
+        lift = (self.lift.weight[:, self.in_inv_index] * self.in_inv_sign).transpose(0, 1)  # [G, c, in]
+        h = self.act(torch.addmm(self.lift.bias.repeat(n), x, lift.reshape(-1, x.shape[1]).t()))  # [B, G c]
         for w, bias in zip(self.weights, self.biases):
             c_out, c_in = w.shape[1], w.shape[2]
             full = w[self.kernel].permute(0, 2, 1, 3).reshape(n * c_out, n * c_in)  # [G c_out, G c_in]
-            h = self.act(torch.addmm(bias.repeat(n), h.reshape(b, n * c_in), full.t())).reshape(b, n, c_out)
-        y = self.out(h)  # [B, G, out]
-        return (y.gather(2, self.out_inv_index.expand(b, -1, -1)) * self.out_inv_sign).mean(1)
+            h = self.act(torch.addmm(bias.repeat(n), h, full.t()))
+        # projection: mean_g g^-1 (W_out h[g] + b_out) as one [G c, out] matrix
+        out_w = (self.out.weight[self.out_inv_index] * self.out_inv_sign[..., None]).permute(0, 2, 1)  # [G, c, out]
+        out_b = (self.out.bias[self.out_inv_index] * self.out_inv_sign).mean(0)
+        return torch.addmm(out_b, h, out_w.reshape(-1, out_w.shape[2]) / n)
