@@ -112,13 +112,18 @@ class GroupMLP(nn.Module):
         which are assembled from the shared parameters on every call (parameter-sized gathers)."""
         n = self.num
         # lifting: W1 (g x) = (W1 P_g) x with (W1 P_g)[:, i] = sign_g^-1[i] W1[:, index_g^-1[i]]
-        lift = (self.lift.weight[:, self.in_inv_index] * self.in_inv_sign).transpose(0, 1)  # [G, c, in]
-        h = self.act(torch.addmm(self.lift.bias.repeat(n), x, lift.reshape(-1, x.shape[1]).t()))  # [B, G c]
+        c, d = self.lift.weight.shape
+        lift = self.lift.weight.index_select(1, self.in_inv_index.flatten()).view(c, n, d) * self.in_inv_sign
+        h = self.act(torch.addmm(self.lift.bias.repeat(n), x, lift.transpose(0, 1).reshape(n * c, d).t()))
         for w, bias in zip(self.weights, self.biases):
             c_out, c_in = w.shape[1], w.shape[2]
-            full = w[self.kernel].permute(0, 2, 1, 3).reshape(n * c_out, n * c_in)  # [G c_out, G c_in]
+            full = w.index_select(0, self.kernel.flatten()).view(n, n, c_out, c_in)
+            full = full.permute(0, 2, 1, 3).reshape(n * c_out, n * c_in)  # [G c_out, G c_in]
             h = self.act(torch.addmm(bias.repeat(n), h, full.t()))
         # projection: mean_g g^-1 (W_out h[g] + b_out) as one [G c, out] matrix
-        out_w = (self.out.weight[self.out_inv_index] * self.out_inv_sign[..., None]).permute(0, 2, 1)  # [G, c, out]
-        out_b = (self.out.bias[self.out_inv_index] * self.out_inv_sign).mean(0)
+        a = self.out.weight.shape[0]
+        flat = self.out_inv_index.flatten()
+        out_w = self.out.weight.index_select(0, flat).view(n, a, -1) * self.out_inv_sign[..., None]
+        out_w = out_w.permute(0, 2, 1)  # [G, c, out]
+        out_b = (self.out.bias.index_select(0, flat).view(n, a) * self.out_inv_sign).mean(0)
         return torch.addmm(out_b, h, out_w.reshape(-1, out_w.shape[2]) / n)

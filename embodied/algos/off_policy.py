@@ -80,7 +80,7 @@ class OffPolicyAlgorithm(Algorithm):
 
         def augment(rows: torch.Tensor) -> torch.Tensor:  # one gather for every field of the row
             g = torch.randint(index.shape[0], (rows.shape[0],), generator=self.generator, device=self.device)
-            return rows.gather(1, index[g]) * sign[g]
+            return rows.gather(1, index.index_select(0, g)) * sign.index_select(0, g)
 
         return self.buffer.sample(self.cfg.batch_size, self.generator, augment)
 
