@@ -26,7 +26,7 @@ class PolicyConfig:
     critic_hidden: list[int] = field(default_factory=lambda: [64, 64])
     activation: str = "tanh"  # tanh | elu | relu
     obs_normalization: bool = True  # running mean/std inside the module (exported with it)
-    symmetrize: bool = False  # TD3: average the actor over the task's symmetry group (exactly equivariant)
+    symmetrize: bool = False  # TD3/SAC: actor exactly equivariant under the task's symmetry group (GroupMLP)
 
 
 @dataclass

@@ -45,8 +45,9 @@ def build(cfg: RunConfig, run_dir: Path):
         raise UserError("num_envs and total_steps must be >= 1")
     env = spec.make(cfg.env, num_envs=cfg.num_envs, device=sim_device, seed=cfg.seed)
     algo_cfg = getattr(cfg, cfg.algo)
-    if cfg.policy.symmetrize and cfg.algo != "td3":
-        raise UserError(f"policy.symmetrize is implemented for td3 (a deterministic actor), not {cfg.algo}")
+    if cfg.policy.symmetrize and cfg.algo == "ppo":
+        raise UserError("policy.symmetrize is implemented for the off-policy learners (td3, sac), not ppo; "
+                        "add policy.symmetrize=false")
     extra = {"symmetry": env.symmetry_group()} if issubclass(algo_cls, OffPolicyAlgorithm) else {}
     algo = algo_cls(algo_cfg, cfg.policy, env.single_observation_space, env.single_action_space, cfg.num_envs,
                     learner_device, cfg.seed, total_steps=cfg.total_steps, **extra)

@@ -3,15 +3,16 @@
 from embodied.policies.actor_critic import (
     DeterministicActor,
     DeterministicPolicy,
-    EquivariantActor,
     GaussianActor,
     SquashedGaussianActor,
     TwinQCritic,
     ValueCritic,
     build_policy,
     policy_spec,
+    update_normalizer,
 )
 from embodied.policies.normalizer import EmpiricalNormalizer
 
-__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "EquivariantActor", "GaussianActor",
-           "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec"]
+__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor",
+           "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec",
+           "update_normalizer"]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from embodied.core.registry import POLICIES
-from embodied.core.symmetry import SymmetryGroup
+from embodied.core.symmetry import SymmetryGroup, concat
 from embodied.policies.networks import EnsembleMLP, GroupMLP, mlp
 from embodied.policies.normalizer import EmpiricalNormalizer
 
@@ -20,6 +20,30 @@ LOG2 = math.log(2.0)
 
 def _normalizer(dim: int, enabled: bool) -> nn.Module:
     return EmpiricalNormalizer(dim) if enabled else nn.Identity()
+
+
+def _policy_net(obs_dim: int, hidden: list[int], act_dim: int, activation: str, group: list | None,
+                gaussian: bool = False) -> nn.Module:
+    """A plain MLP, or with ``group`` (``SymmetryGroup.to_spec()``, kept as plain data so the policy
+    spec stays plain data) a ``GroupMLP`` exactly equivariant under the task's symmetry group:
+    ``net(g obs) = g net(obs)``. With ``gaussian`` the output is ``[mean, log_std]``: the mean
+    transforms like the action, the log std like the action's magnitude (permuted, never negated)."""
+    out_dim = 2 * act_dim if gaussian else act_dim
+    if group is None:
+        return mlp(obs_dim, list(hidden), out_dim, activation)
+    elements = []
+    for e in group:
+        idx, sign = e["action"]
+        out = concat((idx, sign), ([i + act_dim for i in idx], [abs(x) for x in sign])) if gaussian else (idx, sign)
+        elements.append({"policy": e["policy"], "out": out})
+    return GroupMLP(obs_dim, list(hidden), out_dim, activation, SymmetryGroup(elements), out_key="out")
+
+
+def update_normalizer(actor: nn.Module, obs: torch.Tensor) -> None:
+    """Feed ``obs`` to the actor's running normalizer, if it has one; an equivariant actor's sees
+    every group image, so its statistics stay symmetric and normalizing commutes with the group."""
+    if hasattr(actor.normalizer, "update"):
+        actor.normalizer.update(actor.net.orbit(obs) if isinstance(actor.net, GroupMLP) else obs)
 
 
 class GaussianActor(nn.Module):
@@ -50,13 +74,13 @@ class SquashedGaussianActor(nn.Module):
     """tanh-squashed Gaussian with state-dependent std (SAC). Actions in (-1, 1)."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "tanh",
-                 obs_normalization: bool = False):
+                 obs_normalization: bool = False, group: list | None = None):
         super().__init__()
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
-                                obs_normalization=obs_normalization)
+                                obs_normalization=obs_normalization, group=group)
         self.act_dim = act_dim
         self.normalizer = _normalizer(obs_dim, obs_normalization)
-        self.net = mlp(obs_dim, list(hidden), 2 * act_dim, activation)
+        self.net = _policy_net(obs_dim, hidden, act_dim, activation, group, gaussian=True)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.net(self.normalizer(obs)).split(self.act_dim, dim=-1)
@@ -80,15 +104,17 @@ class SquashedGaussianActor(nn.Module):
 
 
 class DeterministicActor(nn.Module):
-    """a = tanh(f(obs)) (TD3). ``forward`` keeps the graph for the actor loss; ``act`` does not."""
+    """a = tanh(f(obs)) (TD3). ``forward`` keeps the graph for the actor loss; ``act`` does not.
+    With ``group`` the actor is exactly equivariant under the task's symmetry group (for the
+    quadrotor: its hover point is the set-point by construction, see ``core/symmetry.py``)."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "relu",
-                 obs_normalization: bool = False):
+                 obs_normalization: bool = False, group: list | None = None):
         super().__init__()
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
-                                obs_normalization=obs_normalization)
+                                obs_normalization=obs_normalization, group=group)
         self.normalizer = _normalizer(obs_dim, obs_normalization)
-        self.net = mlp(obs_dim, list(hidden), act_dim, activation)
+        self.net = _policy_net(obs_dim, hidden, act_dim, activation, group)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(self.normalizer(obs)))
@@ -124,47 +150,6 @@ class TwinQCritic(nn.Module):
         return self.net(torch.cat([self.normalizer(obs), action], -1), detach).squeeze(-1)
 
 
-class EquivariantActor(nn.Module):
-    """a = tanh(f(obs)) with ``f`` a ``GroupMLP``: exactly equivariant under the task's symmetry group
-    (``embodied.core.symmetry``), ``pi(g x) = g pi(x)``, at the cost of a plain MLP of the same width.
-    For the quadrotor this puts the hover point of the policy on the set-point by construction.
-    ``group`` is ``SymmetryGroup.to_spec()`` (lists, so the policy spec stays plain data)."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "relu",
-                 obs_normalization: bool = False, group: list | None = None):
-        super().__init__()
-        self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
-                                obs_normalization=obs_normalization, group=group)
-        g = SymmetryGroup(group)
-        self.obs_norm = _normalizer(obs_dim, obs_normalization)
-        self.net = GroupMLP(obs_dim, list(hidden), act_dim, activation, g)
-        self.normalizer = _OrbitStatistics(self)
-
-    def orbit(self, obs: torch.Tensor) -> torch.Tensor:
-        """``[B, D] -> [B * G, D]``: every group image of every row."""
-        return (obs[:, self.net.in_index] * self.net.in_sign).reshape(-1, obs.shape[-1])
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.net(self.obs_norm(obs)))
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        return self(obs)
-
-
-class _OrbitStatistics:
-    """The actor's normalizer, fed every group image so its statistics stay symmetric (then
-    normalizing commutes with the group). Not a module: the statistics live in ``owner.obs_norm``."""
-
-    def __init__(self, owner: EquivariantActor):
-        self._owner = [owner]  # a list, so nn.Module does not register the owner as a child
-
-    def update(self, obs: torch.Tensor) -> None:
-        owner = self._owner[0]
-        if hasattr(owner.obs_norm, "update"):
-            owner.obs_norm.update(owner.orbit(obs))
-
-
 class DeterministicPolicy(nn.Module):
     """What ``embodied.load_policy`` returns: ``act(obs_policy) -> action`` with no gradient."""
 
@@ -183,13 +168,12 @@ class DeterministicPolicy(nn.Module):
 POLICIES.register("gaussian_mlp", GaussianActor)
 POLICIES.register("squashed_gaussian_mlp", SquashedGaussianActor)
 POLICIES.register("deterministic_mlp", DeterministicActor)
-POLICIES.register("equivariant_deterministic_mlp", EquivariantActor)
 
 
 def policy_spec(actor: nn.Module) -> dict:
     """How to rebuild an actor: registry name and constructor kwargs."""
     names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp",
-             DeterministicActor: "deterministic_mlp", EquivariantActor: "equivariant_deterministic_mlp"}
+             DeterministicActor: "deterministic_mlp"}
     return {"name": names[type(actor)], "kwargs": dict(actor.init_kwargs)}
 
 

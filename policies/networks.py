@@ -107,6 +107,10 @@ class GroupMLP(nn.Module):
         self.act = activation(act)()
         self.num = n
 
+    def orbit(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, in] -> [B * G, in]``: every group image of every row."""
+        return (x[:, self.in_index] * self.in_sign).reshape(-1, x.shape[-1])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Each layer is one matmul on the activations: the group structure goes into the weights,
         which are assembled from the shared parameters on every call (parameter-sized gathers)."""

@@ -211,3 +211,15 @@ def test_real_process(tmp_path, debug_run, case):
     args = REAL_PROCESS_CASES[case](tmp_path, debug_run)
     proc = run_cli(args, tmp_path)
     check_one_line(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("task,overrides,words", [
+    ("quadrotor-hover", ["algo=ppo"], ["symmetrize", "ppo"]),
+    ("pendulum", ["algo=td3", "policy.symmetrize=true"], ["symmetry"]),
+    ("quadrotor-hover", ["policy.actor_hidden=[30,30]"], ["multiples", "4"]),
+], ids=["symmetrize-ppo", "no-symmetry-group", "width-not-multiple"])
+def test_symmetry_misconfiguration(user_error, tmp_path, task, overrides, words):
+    line = user_error(["train", "--task", task, "--preset", "debug", "--run-dir", str(tmp_path / "r"),
+                       "log.progress=false", *overrides])
+    for w in words:
+        assert w in line

@@ -16,7 +16,7 @@ from embodied.algos.replay import ReplayBuffer
 from embodied.config import OffPolicyConfig, PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.symmetry import SymmetryGroup
-from embodied.policies import TwinQCritic
+from embodied.policies import TwinQCritic, update_normalizer
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -106,8 +106,7 @@ class OffPolicyAlgorithm(Algorithm):
         return self._explore(o)
 
     def observe(self, tr: Transition) -> None:
-        if hasattr(self.pi.normalizer, "update"):
-            self.pi.normalizer.update(tr.obs["policy"])
+        update_normalizer(self.pi, tr.obs["policy"])
         self.buffer.add(obs=tr.obs["policy"], cobs=critic_obs(tr.obs), action=tr.action, reward=tr.reward,
                         done=tr.terminated.float(), next_obs=tr.next_obs["policy"], next_cobs=critic_obs(tr.next_obs))
         n = tr.reward.shape[0]

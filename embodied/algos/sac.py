@@ -22,8 +22,8 @@ class SAC(OffPolicyAlgorithm):
     def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
         self.log_alpha = torch.tensor(math.log(self.cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = float(self.cfg.target_entropy if self.cfg.target_entropy is not None else -act_dim)
-        return SquashedGaussianActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
-                                     policy.obs_normalization)
+        return SquashedGaussianActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization,
+                                     group=self.symmetry.to_spec() if policy.symmetrize else None)
 
     def _extra_param_groups(self) -> list[dict]:
         return [{"params": [self.log_alpha], "lr": self.cfg.lr_alpha, "weight_decay": 0.0}]

@@ -15,17 +15,13 @@ import torch
 from embodied.algos.off_policy import OffPolicyAlgorithm
 from embodied.config import PolicyConfig
 from embodied.core.registry import ALGOS
-from embodied.policies import DeterministicActor, EquivariantActor
+from embodied.policies import DeterministicActor
 
 
 class TD3(OffPolicyAlgorithm):
     def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
-        if policy.symmetrize:
-            actor = EquivariantActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
-                                     policy.obs_normalization, self.symmetry.to_spec())
-        else:
-            actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
-                                       policy.obs_normalization)
+        actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization,
+                                   group=self.symmetry.to_spec() if policy.symmetrize else None)
         self.pi_target = copy.deepcopy(actor).to(self.device).requires_grad_(False)
         self._pit_params = list(self.pi_target.parameters())
         return actor

@@ -92,10 +92,11 @@ def run_sb3_sac(cap_s: float, eval_every: int, num_envs: int, seed: int) -> dict
 
     import embodied
     from embodied.config import load_config
+    from embodied.core.registry import TASKS
     from embodied.evaluate import eval_seed, evaluate, make_eval_env
 
-    env = embodied.to_sb3(embodied.make_env("quadrotor-hover", num_envs=num_envs, seed=seed))
-    run_cfg = load_config("quadrotor-hover", overrides=[f"seed={seed}"])  # ours, for its evaluation protocol
+    run_cfg = load_config("quadrotor-hover", overrides=[f"seed={seed}"])  # ours: the same task config and eval
+    env = embodied.to_sb3(TASKS.get(run_cfg.task).make(run_cfg.env, num_envs=num_envs, device="cpu", seed=seed))
     eval_env = make_eval_env(run_cfg, num_envs=100)
     model = SAC("MlpPolicy", env, learning_rate=1e-3, buffer_size=300_000, learning_starts=5000, batch_size=128,
                 gamma=0.99, tau=0.005, train_freq=1, gradient_steps=2, target_entropy=-4.0,

@@ -9,7 +9,7 @@ from embodied.algos.td3 import TD3
 from embodied.config import PolicyConfig, TD3Config
 from embodied.core.errors import UserError
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
-from embodied.policies import EquivariantActor, build_policy, policy_spec
+from embodied.policies import DeterministicActor, SquashedGaussianActor, build_policy, policy_spec, update_normalizer
 
 # Z2 x Z2 on a toy 3-dim obs / 2-dim action: swap the two actions and flip obs[0]; flip obs[1] alone
 TOY = [
@@ -69,7 +69,7 @@ def test_equivariant_actor_is_exactly_equivariant_and_rebuilds_from_its_spec(ele
     torch.manual_seed(0)
     group = SymmetryGroup(elements)
     n = group.size
-    actor = EquivariantActor(3, len(elements[0]["action"][0]), [4 * n, 2 * n], "tanh", group=elements)
+    actor = DeterministicActor(3, len(elements[0]["action"][0]), [4 * n, 2 * n], "tanh", group=elements)
     x = torch.randn(5, 3)
     a = actor(x)
     for g in range(n):
@@ -79,14 +79,15 @@ def test_equivariant_actor_is_exactly_equivariant_and_rebuilds_from_its_spec(ele
     torch.testing.assert_close(rebuilt.act(x), a)
     # the parameters are shared along the group: one lifting layer, [G, out, in] group weights
     assert actor.net.lift.weight.shape == (4, 3) and actor.net.weights[0].shape == (n, 2, 4)
+    assert policy_spec(actor)["name"] == "deterministic_mlp"
 
 
 def test_equivariant_actor_fixed_state_gets_fixed_action_and_matches_a_plain_mlp_at_g1():
-    actor = EquivariantActor(3, 2, [8, 8], "tanh", group=TOY)
+    actor = DeterministicActor(3, 2, [8, 8], "tanh", group=TOY)
     out = actor(torch.tensor([[0.0, 0.0, 0.7]]))  # fixed by every element: both actions equal
     assert out[0, 0].item() == pytest.approx(out[0, 1].item(), abs=1e-7)
     trivial = [{"policy": ([0, 1, 2], [1, 1, 1]), "action": ([0, 1], [1, 1])}]
-    one = EquivariantActor(3, 2, [8, 8], "relu", group=trivial)
+    one = DeterministicActor(3, 2, [8, 8], "relu", group=trivial)
     x = torch.randn(4, 3)
     net = one.net
     h = torch.relu(net.lift(x))
@@ -96,13 +97,41 @@ def test_equivariant_actor_fixed_state_gets_fixed_action_and_matches_a_plain_mlp
 
 def test_hidden_width_must_divide_by_group_size():
     with pytest.raises(UserError, match="multiples"):
-        EquivariantActor(3, 2, [6], "relu", group=TOY)
+        DeterministicActor(3, 2, [6], "relu", group=TOY)
 
 
 def test_equivariant_actor_normalizer_sees_the_whole_orbit():
-    actor = EquivariantActor(3, 2, [8], "relu", obs_normalization=True, group=TOY)
-    actor.normalizer.update(torch.tensor([[1.0, 2.0, 3.0]]))
-    torch.testing.assert_close(actor.obs_norm.mean, torch.tensor([0.0, 0.0, 3.0]))
+    actor = DeterministicActor(3, 2, [8], "relu", obs_normalization=True, group=TOY)
+    update_normalizer(actor, torch.tensor([[1.0, 2.0, 3.0]]))
+    torch.testing.assert_close(actor.normalizer.mean, torch.tensor([0.0, 0.0, 3.0]))
+    x = torch.randn(5, 3)
+    a = actor(x)
+    group = SymmetryGroup(TOY)
+    for g in range(group.size):  # normalization commutes with the group
+        torch.testing.assert_close(actor(group.apply("policy", x, g)), group.apply("action", a, g))
+
+
+def test_equivariant_squashed_gaussian_mean_is_equivariant_and_std_permutes():
+    """Klein group with a sign-flipping action element: the mean flips, the log std does not."""
+    elements = [{"policy": ([0, 1, 2], [1, 1, 1]), "action": ([0, 1], [1, 1])},
+                {"policy": ([0, 1, 2], [-1, 1, 1]), "action": ([1, 0], [1, 1])},
+                {"policy": ([0, 1, 2], [1, -1, 1]), "action": ([0, 1], [-1, -1])},
+                {"policy": ([0, 1, 2], [-1, -1, 1]), "action": ([1, 0], [-1, -1])}]
+    group = SymmetryGroup(elements)
+    for g in range(4):  # a representation: closed under composition
+        for h in range(4):
+            group.compose(g, h)
+    actor = SquashedGaussianActor(3, 2, [8, 8], "tanh", group=elements)
+    x = torch.randn(6, 3)
+    mean, log_std = actor(x)
+    for g in range(4):
+        m, ls = actor(group.apply("policy", x, g))
+        torch.testing.assert_close(m, group.apply("action", mean, g))
+        idx = group.index["action"][g]
+        torch.testing.assert_close(ls, log_std[:, idx])
+    rebuilt = build_policy(policy_spec(actor))
+    rebuilt.load_state_dict(actor.state_dict())
+    torch.testing.assert_close(rebuilt.act(x), actor.act(x))
 
 
 def test_augmented_td3_batch_is_a_group_image_of_stored_rows():
