@@ -3,8 +3,8 @@ signed permutations, ``x'[..., j] = sign[j] * x[..., index[j]]``.
 
 A task whose dynamics, reward and initial-state distribution are invariant under such a group
 declares it (``VecEnv.symmetry_group()``); learners can then augment replay batches with random
-group elements, and a policy can be made exactly equivariant by averaging over the group
-(``embodied.policies.SymmetrizedActor``). For the quadrotor the group is the mirror images that
+group elements, and a policy can be made exactly equivariant (``embodied.policies.networks.GroupMLP``
+inside the off-policy actors). For the quadrotor the group is the mirror images that
 keep the rotor spin pattern, and an equivariant policy has the set-point as its hover point by
 construction instead of hovering off to one side by whatever its function-approximation error is.
 """
@@ -52,18 +52,6 @@ class SymmetryGroup:
             return x[..., self.index[key][g]] * self.sign[key][g]
         return x.gather(-1, self.index[key][g]) * self.sign[key][g]
 
-    def orbit(self, key: str, x: torch.Tensor) -> torch.Tensor:
-        """Every element acting on ``x [B, D]`` -> ``[B, G, D]``."""
-        return x[:, self.index[key]] * self.sign[key]
-
-    def average_inverse(self, key: str, y: torch.Tensor) -> torch.Tensor:
-        """``mean_g g^-1 y[:, g]`` for ``y [B, G, D]``: the group average that makes ``f`` equivariant
-        when ``y[:, g] = f(g x)``."""
-        return (y.gather(-1, self.inv_index[key].expand(y.shape[0], -1, -1)) * self.inv_sign[key]).mean(1)
-
-    def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        return torch.randint(self.size, (n,), generator=generator, device=self.device)
-
     def compose(self, g: int, h: int) -> int:
         """The element ``g o h`` (act with ``h``, then ``g``)."""
         want = {}
@@ -80,9 +68,6 @@ class SymmetryGroup:
 
     def to_spec(self) -> list[dict[str, list]]:
         return [{k: [i, s] for k, (i, s) in e.items()} for e in self.elements]
-
-    def restrict(self, keys: Sequence[str]) -> SymmetryGroup:
-        return SymmetryGroup([{k: e[k] for k in keys} for e in self.elements], self.device)
 
 
 def mirror_vector(m: Sequence[float], offset: int) -> Signed:
