@@ -52,9 +52,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.num_observed = 0  # env steps stored
         self.num_updates = 0  # critic gradient steps
         self._credit = 0.0  # fractional critic steps owed (updates_per_step * env steps)
-        self._q_params = list(self.q.parameters())
+        self._q_params, self._pi_params = self._groups[0], self._groups[1]
         self._qt_params = list(self.q_target.parameters())
-        self._pi_params = list(self.pi.parameters())
 
     # ---- subclass hooks ----------------------------------------------------------------------
     @abc.abstractmethod

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,13 +151,25 @@ def main() -> None:
     ap.add_argument("--peer-cap-s", type=float, default=1200.0, help="training-time cap for SB3 (20 min)")
     ap.add_argument("--ours-timeout-s", type=float, default=900.0)
     ap.add_argument("--skip-peer", action="store_true")
-    ap.add_argument("--eval-every", type=int, default=20_000)
+    ap.add_argument("--eval-every", type=int, default=10_000, help="env steps between evaluations (both sides)")
     ap.add_argument("--ours-args", nargs="*", default=[], help="extra overrides for ours (default: none)")
+    ap.add_argument("--ours-seeds", type=int, nargs="*", default=[0],
+                    help="seeds for ours, run one after another; the first (0, the default) is compared with the peer")
     args = ap.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     result = {"benchmark": "learning_to_fly", "criterion": f">= {CRITERION:.0%} of 100 random initial states",
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}}
-    result["ours"] = run_ours(args.ours_args, args.ours_timeout_s)
+    runs = [run_ours([f"seed={seed}", f"log.eval_every={args.eval_every}", *args.ours_args], args.ours_timeout_s)
+            for seed in args.ours_seeds]
+    result["ours"] = runs[0]
+    if len(runs) > 1:
+        times = [r["solved_train_s"] for r in runs if r["solved"]]
+        result["ours_seeds"] = {
+            "seeds": args.ours_seeds, "solved": sum(r["solved"] for r in runs),
+            "solved_train_s": [r["solved_train_s"] for r in runs],
+            "solved_at_env_steps": [r["solved_at_env_steps"] for r in runs],
+            "process_wall_s": [r["process_wall_s"] for r in runs],
+            "median_solved_train_s": statistics.median(times) if len(times) == len(runs) else None}
     if not args.skip_peer:
         result["sb3_sac"] = run_sb3_sac(args.peer_cap_s, args.eval_every, num_envs=8, seed=0)
         o, p = result["ours"], result["sb3_sac"]
