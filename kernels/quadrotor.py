@@ -17,6 +17,8 @@ After the RK4 step the quaternion is renormalized.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -74,15 +76,22 @@ def rk4_step_torch(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float)
 
 
 # ---- numba CPU kernel ---------------------------------------------------------------------------
-_geometry = None  # numba kernel constants, built on first use
-
-
+@functools.cache
 def numba_available() -> bool:
+    """Asked on every dispatch, so answered once (an import attempt costs ~3 us, half a step at N = 1)."""
     try:
         import numba  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+@functools.cache
+def _numba_kernel():
+    """The compiled kernel and its constants, imported on first use (numba is optional)."""
+    from embodied.kernels.quadrotor_numba import rk4_inplace
+
+    return rk4_inplace, np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32)
 
 
 def rk4_step_numba_(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float) -> torch.Tensor:
@@ -91,12 +100,8 @@ def rk4_step_numba_(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float
         if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
             raise ValueError(f"numba quadrotor kernel needs contiguous float32 CPU tensors; {name} is "
                              f"{t.dtype} on {t.device}{'' if t.is_contiguous() else ', non-contiguous'}")
-    from embodied.kernels.quadrotor_numba import rk4_inplace  # numba is optional: import on first use
-
-    global _geometry
-    if _geometry is None:
-        _geometry = np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32)
-    rk4_inplace(x.numpy(), p.numpy(), u.numpy(), dt, _geometry)
+    rk4_inplace, geometry = _numba_kernel()
+    rk4_inplace(x.numpy(), p.numpy(), u.numpy(), dt, geometry)
     return x
 
 

@@ -289,7 +289,8 @@ def run(quick: bool) -> dict:
         "per_call_us_at_N1": per_call,
         "notes": {
             "task_step": "make_env('quadrotor-hover').step: physics + reward terms + termination + "
-            "truncation + same-step reset with final_obs + actor (82: 18 + 16 x 4 past actions) and critic (28) observations",
+            "truncation + same-step reset with final_obs + actor (82: 18 + 16 x 4 past actions) and critic (28) "
+            "observations",
             "l2f_full_loop": "step + reward + terminated + time limit + observe(final) when any done + "
             "reset params/state if done + observe (82-dim); state buffers swapped, not copied",
             "l2f_layout": "l2f is compiled for vector sizes 1..8192 only; N = 16384 runs 2 x vector8192",
