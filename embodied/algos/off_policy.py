@@ -41,18 +41,16 @@ class OffPolicyAlgorithm(Algorithm):
         self.q_target.requires_grad_(False)
         # one fused Adam over the critic, actor (and subclass) groups, fed gradients from one
         # autograd.grad call per step (optim.py: torch.optim's per-step overhead dominated here)
-        self._groups = [list(self.q.parameters()), list(self.pi.parameters())]
-        extra = self._extra_param_groups()
-        self._groups += [g["params"] for g in extra]
         self.opt = FusedAdam(
-            [{"params": self._groups[0], "lr": cfg.lr_critic, "weight_decay": cfg.weight_decay},
-             {"params": self._groups[1], "lr": cfg.lr_actor, "weight_decay": cfg.weight_decay}, *extra])
+            [{"params": self.q.parameters(), "lr": cfg.lr_critic, "weight_decay": cfg.weight_decay},
+             {"params": self.pi.parameters(), "lr": cfg.lr_actor, "weight_decay": cfg.weight_decay},
+             *self._extra_param_groups()])
         capacity = min(cfg.buffer_size, total_steps) if total_steps else cfg.buffer_size
         self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
         self.num_observed = 0  # env steps stored
         self.num_updates = 0  # critic gradient steps
         self._credit = 0.0  # fractional critic steps owed (updates_per_step * env steps)
-        self._q_params, self._pi_params = self._groups[0], self._groups[1]
+        self._q_params, self._pi_params = self.opt.groups[0]["params"], self.opt.groups[1]["params"]
         self._qt_params = list(self.q_target.parameters())
 
     # ---- subclass hooks ----------------------------------------------------------------------
@@ -127,13 +125,13 @@ class OffPolicyAlgorithm(Algorithm):
     def _apply(self, loss: torch.Tensor, actor_step: bool) -> None:
         """Gradients of the critic (and on actor steps, the actor's and any extra groups'), clipped
         per network, then one optimizer step."""
-        groups = range(len(self._groups)) if actor_step else range(1)
-        params = [p for i in groups for p in self._groups[i]]
-        flat = torch.autograd.grad(loss, params)
+        groups = range(len(self.opt.groups)) if actor_step else range(1)
+        params = [self.opt.groups[i]["params"] for i in groups]
+        flat = torch.autograd.grad(loss, [p for ps in params for p in ps])
         grads, start = {}, 0
-        for i in groups:
-            grads[i] = flat[start:start + len(self._groups[i])]
-            start += len(self._groups[i])
+        for i, ps in zip(groups, params):
+            grads[i] = flat[start:start + len(ps)]
+            start += len(ps)
         if self.cfg.max_grad_norm is not None:
             for i in groups[:2]:
                 clip_grad_norm_(grads[i], self.cfg.max_grad_norm)
