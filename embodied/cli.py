@@ -75,6 +75,8 @@ def _cmd_tasks(_args) -> int:
     for name in TASKS.names():
         spec = TASKS.get(name)
         print(f"{name:<18} {spec.description}  [backends: {', '.join(spec.backends)}; algo: {spec.default_algo}]")
+    for prefix, (_, description) in sorted(TASKS.families.items()):
+        print(f"{prefix + ':<name>':<18} {description}  [task family]")
     return 0
 
 

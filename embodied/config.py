@@ -3,6 +3,11 @@
 Resolution order (later wins): dataclass defaults <- ``configs/<task>.yaml`` <- ``configs/<preset>.yaml``
 <- command-line overrides (``key=value``, dotted for nested keys). OmegaConf structured configs
 validate every key and value, so a typo is an error, never silently ignored.
+
+The learner's section is keyed by the algorithm's registered name (``ppo.lr=...``) and resolves into
+``RunConfig.algo_config``, an instance of the algorithm's ``config_cls``. A YAML file may hold sections
+for several algorithms (only the run's is read); a command-line key for an algorithm the run does not
+use is an error.
 """
 
 from __future__ import annotations
@@ -30,56 +35,6 @@ class PolicyConfig:
 
 
 @dataclass
-class PPOConfig:
-    num_steps: int = 32  # rollout horizon per env per iteration
-    num_epochs: int = 5
-    num_minibatches: int = 4
-    lr: float = 3e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip: float = 0.2  # surrogate ratio clip
-    value_clip: float | None = None  # clip value updates to +-this (None: off)
-    target_kl: float | None = 0.02  # stop the epoch loop when approx KL exceeds this (None: off)
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    max_grad_norm: float = 1.0
-    init_log_std: float = -0.5
-    normalize_advantages: bool = True
-
-
-@dataclass
-class OffPolicyConfig:
-    """What SAC and TD3 share: twin critics with Polyak targets, replay, warm-up, update cadence."""
-
-    lr_actor: float = 1e-3
-    lr_critic: float = 1e-3
-    gamma: float = 0.99
-    tau: float = 0.005  # Polyak factor of the target networks
-    batch_size: int = 256
-    buffer_size: int = 1_000_000  # capped at total_steps
-    warmup_steps: int = 5_000  # env steps of uniform random actions before learning
-    updates_per_step: float = 0.2  # critic updates per env step (RLtools L2F: 1 per 5 steps)
-    actor_every: int = 2  # actor (and targets, TD3) update on every n-th critic update
-    max_grad_norm: float | None = 1.0
-    weight_decay: float = 1e-4
-    symmetry_augmentation: bool = False  # each replay row seen under a random element of the task's symmetry group
-
-
-@dataclass
-class SACConfig(OffPolicyConfig):
-    lr_alpha: float = 1e-3
-    init_alpha: float = 0.5
-    target_entropy: float | None = None  # None: -act_dim
-
-
-@dataclass
-class TD3Config(OffPolicyConfig):
-    exploration_noise: float = 0.1  # std of Gaussian noise on collected actions
-    target_noise: float = 0.2  # target policy smoothing std
-    target_noise_clip: float = 0.5
-
-
-@dataclass
 class LogConfig:
     run_root: str = "runs"
     eval_every: int = 20_000  # env steps between evaluations (0: only at the end)
@@ -88,6 +43,16 @@ class LogConfig:
     tensorboard: bool = True
     progress: bool = True  # live progress line on stderr
     log_every: int = 2_000  # env steps between metric lines
+
+
+@dataclass
+class RuntimeConfig:
+    """Where simulation runs (embodied/runtime): the engine and its workers."""
+
+    engine: str = "sync"  # sync (in-process) | async (worker processes, shared memory) | ray (Ray actors)
+    num_workers: int = 2  # async/ray: worker processes, each stepping num_envs / num_workers envs
+    ray_address: str | None = None  # ray: None starts a local instance; "auto" or host:port joins a cluster
+    sim_threads: int = 1  # native threads a batched backend steps its worlds with (per worker)
 
 
 @dataclass
@@ -102,10 +67,9 @@ class RunConfig:
     torch_threads: int = 1  # intra-op threads; small networks run fastest (and steadiest) on one
     stop_success: float | None = None  # stop once periodic eval success >= this (None: never)
     env: Any = None  # the task's config dataclass
+    algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    sac: SACConfig = field(default_factory=SACConfig)
-    td3: TD3Config = field(default_factory=TD3Config)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
 
@@ -125,22 +89,68 @@ def _merge(base, other, what: str):
         raise UserError(f"bad config in {what}: {msg}") from None
 
 
+def _algos():
+    import embodied.algos  # noqa: F401  (registers the built-in algorithms)
+    from embodied.core.registry import ALGOS
+
+    return ALGOS
+
+
+def _schema(task: str, algo: str):
+    """The structured config a run of ``task`` with ``algo`` validates against."""
+    spec, algo_cls = TASKS.get(task), _algos().get(algo)
+    return OmegaConf.structured(RunConfig(task=spec.name, algo=algo, env=spec.config_cls(),
+                                          algo_config=algo_cls.config_cls()))
+
+
+def _route_algo_sections(layer: dict, algo: str, what: str, strict: bool) -> dict:
+    """Move the run's algorithm section to ``algo_config``; drop other algorithms' sections (or, with
+    ``strict``, refuse them: a command-line key for an algorithm the run does not train)."""
+    names = set(_algos().names())
+    out = {}
+    for key, value in layer.items():
+        if key == "algo_config":
+            raise UserError(f"bad config in {what}: set the learner's keys under its name ({algo}.KEY), "
+                            "not algo_config")
+        if key == algo:
+            out["algo_config"] = value
+        elif key in names:
+            if strict:
+                raise UserError(f"{what} sets {key}.* but this run trains {algo}; set algo={key} to train "
+                                f"{key}, or use {algo}.* keys")
+        else:
+            out[key] = value
+    return out
+
+
 def load_config(task: str, preset: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     """Resolve a run config; every error a user can cause is a one-line ``UserError``."""
     spec = TASKS.get(task)
-    cfg = OmegaConf.structured(RunConfig(task=task, algo=spec.default_algo, env=spec.config_cls()))
+    layers: list[tuple[dict, str, bool]] = []  # (values, where from, strict about other algorithms)
     task_yaml = config_dir() / f"{task}.yaml"
     if task_yaml.exists():
-        cfg = _merge(cfg, OmegaConf.load(task_yaml), task_yaml.name)
+        layers.append((OmegaConf.to_container(OmegaConf.load(task_yaml)), task_yaml.name, False))
     if preset:
         path = config_dir() / f"{preset}.yaml"
         if not path.exists():
             raise UserError(f"unknown preset {preset!r}; known: {', '.join(list_presets())}")
-        cfg = _merge(cfg, OmegaConf.load(path), path.name)
+        layers.append((OmegaConf.to_container(OmegaConf.load(path)), path.name, False))
     for item in overrides:
         if "=" not in item:
             raise UserError(f"bad override {item!r}: expected key=value")
-        cfg = _merge(cfg, OmegaConf.from_dotlist([item]), f"override {item!r}")
+        try:
+            values = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
+        except OmegaConfBaseException as e:
+            raise UserError(f"bad override {item!r}: {str(e).splitlines()[0]}") from None
+        layers.append((values, f"override {item!r}", True))
+    algo = spec.default_algo
+    for values, _, _ in layers:  # the learner is chosen first: it decides which section is read
+        algo = values.get("algo", algo) or spec.default_algo
+    if not isinstance(algo, str):
+        raise UserError(f"bad algo {algo!r}; known: {', '.join(_algos().names())}")
+    cfg = _schema(task, algo)
+    for values, what, strict in layers:
+        cfg = _merge(cfg, _route_algo_sections(values, algo, what, strict), what)
     run = OmegaConf.to_object(cfg)
     if run.task != task:
         raise UserError("the task is chosen with --task, not with an override")
@@ -150,16 +160,19 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | tup
 def config_from_dict(data: dict) -> RunConfig:
     """Rebuild a saved (resolved) run config, validating it against the schema."""
     spec = TASKS.get(data["task"])
-    cfg = OmegaConf.structured(RunConfig(task=spec.name, algo=spec.default_algo, env=spec.config_cls()))
-    return OmegaConf.to_object(_merge(cfg, OmegaConf.create(data), "saved config"))
-
-
-def to_yaml(cfg: RunConfig) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    algo = data.get("algo") or spec.default_algo
+    values = _route_algo_sections(data, algo, "saved config", strict=False)
+    return OmegaConf.to_object(_merge(_schema(spec.name, algo), values, "saved config"))
 
 
 def to_dict(cfg: RunConfig) -> dict:
-    return OmegaConf.to_container(OmegaConf.structured(cfg))
+    """The resolved config as plain data, the learner's section under the algorithm's name."""
+    data = OmegaConf.to_container(OmegaConf.structured(cfg))
+    return {(cfg.algo if k == "algo_config" else k): v for k, v in data.items()}
+
+
+def to_yaml(cfg: RunConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg)))
 
 
 def make_task_config(task: str, **overrides) -> Any:

@@ -6,6 +6,7 @@ import torch
 
 from embodied.core.base import VecEnv
 from embodied.core.registry import TASKS
+from embodied.runtime.base import EpisodeStats
 
 EVAL_SEED_OFFSET = 10_000  # eval envs draw initial states from a stream the training never sees
 
@@ -23,6 +24,23 @@ def make_eval_env(cfg, num_envs: int, device=None) -> VecEnv:
     return spec.make(env_cfg, num_envs=num_envs, device=device or cfg.sim_device, seed=cfg.seed + 1)
 
 
+class TaskEnvFactory:
+    """``make_env(num_envs, seed)`` for a run's task on ``device``: a picklable factory (worker
+    processes and Ray actors build their envs from it)."""
+
+    def __init__(self, task: str, env_cfg, device):
+        self.task, self.env_cfg, self.device = task, env_cfg, str(device)
+
+    def __call__(self, num_envs: int, seed: int) -> VecEnv:
+        import embodied.tasks  # noqa: F401  (a fresh worker process registers the tasks)
+
+        return TASKS.get(self.task).make(self.env_cfg, num_envs=num_envs, device=self.device, seed=seed)
+
+
+def make_train_env_factory(cfg, device=None) -> TaskEnvFactory:
+    return TaskEnvFactory(cfg.task, cfg.env, device or cfg.sim_device)
+
+
 @torch.no_grad()
 def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "cpu") -> dict[str, float]:
     """Run the first episode of every env of ``env`` with deterministic ``act(obs_policy)``.
@@ -31,23 +49,20 @@ def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "
     (fraction of episodes that succeeded)."""
     n = env.num_envs
     obs, _ = env.reset(seed=seed)
+    stats = EpisodeStats(n, env.device)
     done = torch.zeros(n, dtype=torch.bool, device=env.device)
-    ret = torch.zeros(n, device=env.device)
-    length = torch.zeros(n, device=env.device)
-    outcome: dict[str, torch.Tensor] = {}
+    first = {"return": torch.zeros(n, device=env.device), "length": torch.zeros(n, device=env.device)}
     for _ in range(env.max_episode_steps):
         action = act(obs["policy"].to(learner_device)).to(env.device)
         obs, reward, terminated, truncated, info = env.step(action)
-        live = ~done
-        ret += reward * live
-        length += live.float()
-        finished = (terminated | truncated) & live
-        for k, v in info.get("final_info", {}).items():
-            outcome.setdefault(k, torch.zeros(n, device=env.device))
-            outcome[k] = torch.where(finished, v, outcome[k])
-        done |= finished
+        ended = stats.track(reward, terminated | truncated, info.get("final_info"))
+        if ended is None:
+            continue
+        keep = ~done[ended.env_ids]  # only each env's first episode counts
+        ids = ended.env_ids[keep]
+        for key, value in (("return", ended.returns), ("length", ended.lengths), *ended.outcome.items()):
+            first.setdefault(key, torch.zeros(n, device=env.device))[ids] = value[keep].float()
+        done[ids] = True
         if bool(done.all()):
             break
-    out = {"eval/return": ret.mean().item(), "eval/length": length.mean().item()}
-    out.update({f"eval/{k}": v.mean().item() for k, v in outcome.items()})
-    return out
+    return {f"eval/{k}": v.mean().item() for k, v in first.items()}

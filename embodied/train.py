@@ -7,19 +7,17 @@ from pathlib import Path
 
 import torch
 
-import embodied.algos.ppo  # noqa: F401  (registers algorithms)
-import embodied.algos.sac  # noqa: F401
-import embodied.algos.td3  # noqa: F401
+import embodied.algos  # noqa: F401  (registers algorithms)
 import embodied.tasks  # noqa: F401  (registers tasks)
-from embodied.algos.off_policy import OffPolicyAlgorithm
+from embodied.algos.base import BuildContext
 from embodied.checkpoint import load_checkpoint
 from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS, TASKS
-from embodied.evaluate import make_eval_env
+from embodied.evaluate import make_eval_env, make_train_env_factory
 from embodied.runners import RUNNERS
-from embodied.runtime.collector import SyncCollector
+from embodied.runtime import make_collector
 
 
 def new_run_dir(cfg: RunConfig) -> Path:
@@ -35,25 +33,29 @@ def new_run_dir(cfg: RunConfig) -> Path:
 
 
 def build(cfg: RunConfig, run_dir: Path):
-    spec = TASKS.get(cfg.task)
+    """Collector, algorithm and runner of a run; names no algorithm, task or engine."""
     if cfg.torch_threads < 1:
         raise UserError(f"torch_threads must be >= 1, got {cfg.torch_threads}")
     torch.set_num_threads(cfg.torch_threads)
     algo_cls = ALGOS.get(cfg.algo)
+    if algo_cls.paradigm not in RUNNERS:
+        raise UserError(f"algorithm {cfg.algo!r} ({algo_cls.paradigm}) has no runner; "
+                        f"runners: {', '.join(sorted(RUNNERS))}")
     sim_device, learner_device = resolve_device(cfg.sim_device), resolve_device(cfg.learner_device)
     if cfg.num_envs < 1 or cfg.total_steps < 1:
         raise UserError("num_envs and total_steps must be >= 1")
-    env = spec.make(cfg.env, num_envs=cfg.num_envs, device=sim_device, seed=cfg.seed)
-    algo_cfg = getattr(cfg, cfg.algo)
-    if cfg.policy.symmetrize and cfg.algo == "ppo":
-        raise UserError("policy.symmetrize is implemented for the off-policy learners (td3, sac), not ppo; "
-                        "add policy.symmetrize=false")
-    extra = {"symmetry": env.symmetry_group()} if issubclass(algo_cls, OffPolicyAlgorithm) else {}
-    algo = algo_cls(algo_cfg, cfg.policy, env.single_observation_space, env.single_action_space, cfg.num_envs,
-                    learner_device, cfg.seed, total_steps=cfg.total_steps, **extra)
-    collector = SyncCollector(env, learner_device)
-
-    return RUNNERS[cfg.algo](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes), run_dir)
+    TASKS.get(cfg.task)  # an unknown task fails before any worker starts
+    collector = make_collector(cfg.runtime.engine, make_train_env_factory(cfg, sim_device), cfg.num_envs, cfg.seed,
+                               learner_device, cfg.runtime)
+    ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
+                       learner_device, cfg.seed, cfg.total_steps, cfg.policy, collector.symmetry_group())
+    try:
+        algo = algo_cls.build(cfg.algo_config, ctx)
+    except BaseException:
+        collector.close()
+        raise
+    return RUNNERS[algo_cls.paradigm](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes),
+                                      run_dir)
 
 
 def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:

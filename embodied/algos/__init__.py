@@ -1,0 +1,3 @@
+"""Learning algorithms. Importing this package registers every built-in algorithm in ``ALGOS``."""
+
+from embodied.algos import ppo, sac, td3  # noqa: F401

@@ -5,11 +5,34 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
+import gymnasium as gym
 import torch
 from torch import nn
 
 Obs = dict[str, torch.Tensor]
+
+# paradigms: one runner each (embodied/runners); an algorithm names the one it runs under
+ON_POLICY = "on_policy"
+OFF_POLICY = "off_policy"
+OFFLINE = "offline"
+PARADIGMS = (ON_POLICY, OFF_POLICY, OFFLINE)
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What an algorithm is built from, besides its own config: the env's spaces and the run's
+    settings. ``symmetry`` is the task's group (``core/symmetry.py``) or None."""
+
+    obs_space: gym.spaces.Dict  # per env
+    action_space: gym.spaces.Box  # per env
+    num_envs: int
+    device: torch.device  # learner device
+    seed: int
+    total_steps: int
+    policy: Any  # PolicyConfig
+    symmetry: Any = None
 
 
 @dataclass
@@ -26,6 +49,23 @@ class Transition:
 
 
 class Algorithm(abc.ABC):
+    """Registered in ``ALGOS`` under its name; declares its paradigm and config dataclass and builds
+    itself, so the run builder, the runner table and ``RunConfig`` name no algorithm."""
+
+    paradigm: ClassVar[str]  # one of PARADIGMS
+    config_cls: ClassVar[type]  # its typed config, the ``<algo>.`` section of a run config
+
+    @classmethod
+    def build(cls, cfg: Any, ctx: BuildContext) -> Algorithm:
+        """The algorithm for a run; raises ``UserError`` for a combination it does not support."""
+        return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
+                   total_steps=ctx.total_steps)
+
+    @property
+    def rollout_length(self) -> int:
+        """Env steps per env collected between two ``update`` calls (on-policy: the rollout horizon)."""
+        return 1
+
     @abc.abstractmethod
     def act(self, obs: Obs) -> torch.Tensor:
         """Exploration actions ``[N, act_dim]`` for collection."""

@@ -6,20 +6,46 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from embodied.algos.base import Algorithm, Obs, Transition, critic_dim, critic_obs
+from embodied.algos.base import OFF_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
 from embodied.algos.optim import FusedAdam, clip_grad_norm_
 from embodied.algos.replay import ReplayBuffer
-from embodied.config import OffPolicyConfig, PolicyConfig
+from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.symmetry import SymmetryGroup
 from embodied.policies import TwinQCritic, update_normalizer
 
 
+@dataclass
+class OffPolicyConfig:
+    """What SAC and TD3 share: twin critics with Polyak targets, replay, warm-up, update cadence."""
+
+    lr_actor: float = 1e-3
+    lr_critic: float = 1e-3
+    gamma: float = 0.99
+    tau: float = 0.005  # Polyak factor of the target networks
+    batch_size: int = 256
+    buffer_size: int = 1_000_000  # capped at total_steps
+    warmup_steps: int = 5_000  # env steps of uniform random actions before learning
+    updates_per_step: float = 0.2  # critic updates per env step (RLtools L2F: 1 per 5 steps)
+    actor_every: int = 2  # actor (and targets, TD3) update on every n-th critic update
+    max_grad_norm: float | None = 1.0
+    weight_decay: float = 1e-4
+    symmetry_augmentation: bool = False  # each replay row seen under a random element of the task's symmetry group
+
+
 class OffPolicyAlgorithm(Algorithm):
+    paradigm = OFF_POLICY
+
+    @classmethod
+    def build(cls, cfg: OffPolicyConfig, ctx: BuildContext) -> OffPolicyAlgorithm:
+        return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
+                   total_steps=ctx.total_steps, symmetry=ctx.symmetry)
+
     def __init__(self, cfg: OffPolicyConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
                  device: torch.device, seed: int, total_steps: int | None = None,
                  symmetry: SymmetryGroup | None = None):

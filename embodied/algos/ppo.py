@@ -5,15 +5,35 @@ asymmetric critic input, truncation bootstrapping, and observation normalization
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from embodied.algos.base import Algorithm, Obs, Transition, critic_dim, critic_obs
+from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
 from embodied.algos.gae import gae
-from embodied.config import PolicyConfig, PPOConfig
+from embodied.config import PolicyConfig
+from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import GaussianActor, ValueCritic
+
+
+@dataclass
+class PPOConfig:
+    num_steps: int = 32  # rollout horizon per env per iteration
+    num_epochs: int = 5
+    num_minibatches: int = 4
+    lr: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip: float = 0.2  # surrogate ratio clip
+    value_clip: float | None = None  # clip value updates to +-this (None: off)
+    target_kl: float | None = 0.02  # stop the epoch loop when approx KL exceeds this (None: off)
+    entropy_coef: float = 0.0
+    value_coef: float = 0.5
+    max_grad_norm: float = 1.0
+    init_log_std: float = -0.5
+    normalize_advantages: bool = True
 
 
 class RolloutStorage:
@@ -32,6 +52,20 @@ class RolloutStorage:
 
 
 class PPO(Algorithm):
+    paradigm = ON_POLICY
+    config_cls = PPOConfig
+
+    @classmethod
+    def build(cls, cfg: PPOConfig, ctx: BuildContext) -> PPO:
+        if ctx.policy.symmetrize:
+            raise UserError("policy.symmetrize is implemented for the off-policy learners (td3, sac), not ppo; "
+                            "add policy.symmetrize=false")
+        return super().build(cfg, ctx)
+
+    @property
+    def rollout_length(self) -> int:
+        return self.cfg.num_steps
+
     def __init__(self, cfg: PPOConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
                  device: torch.device, seed: int, total_steps: int | None = None):
         self.cfg, self.device = cfg, torch.device(device)

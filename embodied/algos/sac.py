@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
-from embodied.algos.off_policy import OffPolicyAlgorithm
+from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from embodied.config import PolicyConfig
 from embodied.core.registry import ALGOS
 from embodied.policies import SquashedGaussianActor
 
 
+@dataclass
+class SACConfig(OffPolicyConfig):
+    lr_alpha: float = 1e-3
+    init_alpha: float = 0.5
+    target_entropy: float | None = None  # None: -act_dim
+
+
 class SAC(OffPolicyAlgorithm):
+    config_cls = SACConfig
+
     def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
         self.log_alpha = torch.tensor(math.log(self.cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = float(self.cfg.target_entropy if self.cfg.target_entropy is not None else -act_dim)

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 
-from embodied.algos.off_policy import OffPolicyAlgorithm
+from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from embodied.config import PolicyConfig
 from embodied.core.registry import ALGOS
 from embodied.policies import DeterministicActor
 
 
+@dataclass
+class TD3Config(OffPolicyConfig):
+    exploration_noise: float = 0.1  # std of Gaussian noise on collected actions
+    target_noise: float = 0.2  # target policy smoothing std
+    target_noise_clip: float = 0.5
+
+
 class TD3(OffPolicyAlgorithm):
+    config_cls = TD3Config
+
     def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
         actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization,
                                    group=self.symmetry.to_spec() if policy.symmetrize else None)

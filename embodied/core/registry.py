@@ -56,11 +56,43 @@ class TaskSpec:
     tags: tuple[str, ...] = field(default=())
 
 
-TASKS: Registry[TaskSpec] = Registry("task")
-SIM_BACKENDS: Registry[Any] = Registry("sim backend")
-ALGOS: Registry[Any] = Registry("algorithm")
+class TaskRegistry(Registry[TaskSpec]):
+    """Tasks by name; a name ``family:rest`` (``wm:<task>``, ``libero:<suite>/<task>``) is resolved by the
+    factory registered for ``family`` (``rest -> TaskSpec``), once, then kept like any other task."""
+
+    def __init__(self):
+        super().__init__("task")
+        self.families: dict[str, tuple[Callable[[str], TaskSpec], str]] = {}  # prefix -> (factory, description)
+
+    def register_family(self, prefix: str, factory: Callable[[str], TaskSpec], description: str) -> None:
+        if prefix in self.families or ":" in prefix:
+            raise ValueError(f"task family {prefix!r} is already registered or contains ':'")
+        self.families[prefix] = (factory, description)
+
+    def get(self, name: str) -> TaskSpec:
+        if name in self._entries or ":" not in name:
+            return super().get(name)
+        prefix, rest = name.split(":", 1)
+        if prefix not in self.families:
+            known = ", ".join(f"{p}:" for p in sorted(self.families)) or "(none)"
+            raise UserError(f"unknown task family {prefix!r} in {name!r}; known families: {known}")
+        spec = self.families[prefix][0](rest)  # raises UserError for a name the family does not have
+        if spec.name != name:
+            raise ValueError(f"task family {prefix!r} built {spec.name!r} for {name!r}")
+        return self.register(name, spec)
+
+
+TASKS = TaskRegistry()
+SIM_BACKENDS: Registry[Any] = Registry("sim backend")  # name -> factory(model, num_envs, device, **kw) -> SimBackend
+ALGOS: Registry[Any] = Registry("algorithm")  # name -> Algorithm subclass
+ENGINES: Registry[Any] = Registry("runtime engine")  # name -> Collector subclass
 POLICIES: Registry[Any] = Registry("policy")
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:
     return TASKS.register(spec.name, spec)
+
+
+def register_task_family(prefix: str, factory: Callable[[str], TaskSpec], description: str) -> None:
+    """Tasks named ``prefix:<rest>`` are built by ``factory(rest) -> TaskSpec`` on first use."""
+    TASKS.register_family(prefix, factory, description)

@@ -14,11 +14,11 @@ from embodied.config import RunConfig, to_dict
 from embodied.evaluate import eval_seed, evaluate
 from embodied.metrics import MetricsLogger, plot_learning_curve
 from embodied.policies import policy_spec
-from embodied.runtime.collector import SyncCollector
+from embodied.runtime.base import Collector
 
 
 class Runner:
-    def __init__(self, cfg: RunConfig, collector: SyncCollector, algo: Algorithm, make_eval_env,
+    def __init__(self, cfg: RunConfig, collector: Collector, algo: Algorithm, make_eval_env,
                  run_dir: Path):
         self.cfg, self.collector, self.algo = cfg, collector, algo
         self.make_eval_env = make_eval_env  # factory: the eval env is built on first use

@@ -1,4 +1,5 @@
-"""On-policy runner (PPO and kin): collect a rollout of ``num_steps`` per env, then update."""
+"""On-policy runner (PPO and kin): collect a rollout of the algorithm's ``rollout_length`` steps per env,
+then update."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from embodied.runners.base import Runner
 class OnPolicyRunner(Runner):
     def train(self) -> dict:
         self.start()
-        num_steps = self.cfg.ppo.num_steps
+        num_steps = self.algo.rollout_length
         while True:
             for _ in range(num_steps):
                 self.collect()

@@ -1,0 +1,18 @@
+"""Collectors: the seam between simulation and learning. ``make_collector`` picks the engine by name
+(``runtime.engine``) from ``ENGINES``."""
+
+from __future__ import annotations
+
+from embodied.core.registry import ENGINES
+from embodied.runtime.base import Collector, EpisodeStats, MakeEnv
+from embodied.runtime.sync import SyncCollector
+
+ENGINES.register("sync", SyncCollector)
+
+
+def make_collector(engine: str, make_env: MakeEnv, num_envs: int, seed: int, learner_device, runtime=None) -> Collector:
+    """Build the collector of ``engine``; ``runtime`` (a ``RuntimeConfig``) configures engines with workers."""
+    return ENGINES.get(engine)(make_env, num_envs, seed, learner_device, runtime)
+
+
+__all__ = ["Collector", "EpisodeStats", "MakeEnv", "SyncCollector", "make_collector"]

@@ -16,11 +16,11 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from embodied.algos.base import Transition
 from embodied.algos.gae import gae
-from embodied.algos.ppo import PPO
+from embodied.algos.ppo import PPO, PPOConfig
 from embodied.algos.replay import ReplayBuffer
-from embodied.algos.sac import SAC
-from embodied.algos.td3 import TD3
-from embodied.config import PolicyConfig, PPOConfig, SACConfig, TD3Config
+from embodied.algos.sac import SAC, SACConfig
+from embodied.algos.td3 import TD3, TD3Config
+from embodied.config import PolicyConfig
 from embodied.core.base import box
 from embodied.policies import EmpiricalNormalizer, SquashedGaussianActor, TwinQCritic
 from embodied.policies.networks import EnsembleMLP

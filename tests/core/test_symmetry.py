@@ -5,8 +5,8 @@ import torch
 
 import embodied
 from embodied.algos.base import Transition
-from embodied.algos.td3 import TD3
-from embodied.config import PolicyConfig, TD3Config
+from embodied.algos.td3 import TD3, TD3Config
+from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
 from embodied.policies import DeterministicActor, SquashedGaussianActor, build_policy, policy_spec, update_normalizer

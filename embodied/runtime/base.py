@@ -1,0 +1,118 @@
+"""Collector contract: the seam between simulation and learning (DESIGN.md, "Collector").
+
+A collector is built from a ``make_env(num_envs, seed) -> VecEnv`` factory (worker processes build
+their own envs from it) and hands the runner ``Transition``s on the learner device. Engines (sync,
+async, ray) implement the same contract and are registered in ``ENGINES``. Episode statistics are kept
+here, in ``EpisodeStats``, and nowhere else (the SB3 adapter and evaluation use it too).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from embodied.algos.base import Obs, Transition
+from embodied.core.base import VecEnv
+
+MakeEnv = Callable[[int, int], VecEnv]  # (num_envs, seed) -> VecEnv
+
+
+@dataclass
+class Episodes:
+    """Episodes that ended in one step: ``env_ids [K]`` and, per episode, return, length and the
+    task's outcome keys (``info["final_info"]``, e.g. ``success``)."""
+
+    env_ids: torch.Tensor
+    returns: torch.Tensor
+    lengths: torch.Tensor
+    outcome: dict[str, torch.Tensor]
+
+    def as_dicts(self) -> list[dict[str, float]]:
+        rets, lens = self.returns.tolist(), self.lengths.tolist()
+        extra = {k: v.tolist() for k, v in self.outcome.items()}
+        return [{"return": rets[j], "length": lens[j], **{k: v[j] for k, v in extra.items()}} for j in range(len(rets))]
+
+
+class EpisodeStats:
+    """Running return and length of every env; ``track`` reports the episodes a step ended."""
+
+    def __init__(self, num_envs: int, device: torch.device | str):
+        self.returns = torch.zeros(num_envs, device=device)
+        self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
+
+    def reset(self) -> None:
+        self.returns.zero_()
+        self.lengths.zero_()
+
+    def track(self, reward: torch.Tensor, done: torch.Tensor, final_info: Mapping | None = None) -> Episodes | None:
+        self.returns += reward
+        self.lengths += 1
+        if not bool(done.any()):
+            return None
+        ids = done.nonzero().squeeze(-1)
+        out = Episodes(ids, self.returns[ids], self.lengths[ids],
+                       {k: v[ids] for k, v in (final_info or {}).items()})
+        self.returns[ids] = 0.0
+        self.lengths[ids] = 0
+        return out
+
+    def state_dict(self) -> dict:
+        return {"episode_return": self.returns.clone(), "episode_length": self.lengths.clone()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.returns.copy_(state["episode_return"])
+        self.lengths.copy_(state["episode_length"])
+
+
+class Collector(abc.ABC):
+    """Steps ``num_envs`` envs with the learner's ``act`` and returns transitions on ``learner_device``.
+
+    ``obs`` is the observation the next ``step`` acts on (None before ``reset``).
+    Engines that simulate ahead may return a transition whose action came from a policy a few updates
+    older than the newest; they report that lag in ``log["runtime/policy_lag"]``.
+    """
+
+    num_envs: int
+    learner_device: torch.device
+    single_observation_space: object
+    single_action_space: object
+    log: dict[str, float]  # latest env log (task terms, metrics) and runtime counters
+
+    @property
+    @abc.abstractmethod
+    def obs(self) -> Obs | None: ...
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None) -> None:
+        """Reset every env (``seed`` re-seeds them)."""
+
+    @abc.abstractmethod
+    def step(self, act: Callable[[Obs], torch.Tensor]) -> Transition:
+        """One batched env step with ``act(obs) -> action [N, act_dim]`` on the learner device."""
+
+    @abc.abstractmethod
+    def pop_episodes(self) -> list[dict[str, float]]:
+        """Episodes finished since the last call (``return``, ``length`` and task outcome keys)."""
+
+    def symmetry_group(self):
+        """The task's symmetry group (``core/symmetry.py``) or None."""
+        return None
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict: ...
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: Mapping) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+def to_device(x, device: torch.device):
+    """A tensor or a dict of tensors on ``device`` (the one place tensors cross devices)."""
+    if isinstance(x, dict):
+        return {k: v.to(device, non_blocking=True) for k, v in x.items()}
+    return x.to(device, non_blocking=True)
