@@ -1,4 +1,5 @@
 """Tasks: MDPs on top of sim backends. Importing this package registers every task."""
 
 from embodied.tasks.classic import pendulum, target  # noqa: F401
+from embodied.tasks.locomotion import mujoco_v5  # noqa: F401
 from embodied.tasks.quadrotor import hover  # noqa: F401

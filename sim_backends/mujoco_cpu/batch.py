@@ -1,0 +1,144 @@
+"""N MuJoCo worlds of one MJCF model stepped as one batch by native threads (``mujoco.batch.Batch``).
+
+Why ``mujoco.batch`` (measured in ``scripts/bench/bench_mujoco_step.py``): each call runs all worlds on
+a C++ thread pool with the GIL released, keeps the state of every world in one ``[N, nstate]`` array
+(so ``qpos``/``qvel``/``ctrl`` are zero-copy ``[N, k]`` views), copies only the derived fields a task
+binds, and gives per-world model fields (domain randomization) and named views (``body``, ``joint``).
+
+State fields (``qpos``, ``qvel``, ``ctrl``, ...) are live float64 views; derived fields (``xpos``,
+``cinert``, ...) describe the state before the last substep, as after ``mj_step``.
+
+One quantity has no batched MuJoCo call: ``cfrc_ext`` (external contact wrenches), which gymnasium's
+v5 tasks read after ``mj_rnePostConstraint`` at the last substep. A backend built with
+``post_constraint=True`` (Ant, Humanoid) is persistent (one ``MjData`` per world) and runs
+``mj_rnePostConstraint`` per world after each step: the one per-env call on the hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import mujoco
+import mujoco.batch
+import numpy as np
+import torch
+
+from embodied.core.errors import UserError
+from embodied.sim_backends.base import SimBackend
+
+# the integration state saved by get_state (mjSTATE_INTEGRATION minus what these models lack)
+_STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl")
+
+
+def load_model(model: str | mujoco.MjModel) -> mujoco.MjModel:
+    """An ``MjModel`` from a model, an MJCF path, or an MJCF string."""
+    if isinstance(model, mujoco.MjModel):
+        return model
+    try:
+        if model.lstrip().startswith("<"):
+            return mujoco.MjModel.from_xml_string(model)
+        if not os.path.exists(model):
+            raise UserError(f"MJCF file {model!r} does not exist")
+        return mujoco.MjModel.from_xml_path(model)
+    except ValueError as e:  # MuJoCo's compile errors
+        raise UserError(f"MJCF {model!r} does not compile: {str(e).splitlines()[0]}") from None
+
+
+class MujocoBatch(SimBackend):
+    """``num_envs`` worlds of one model; ``step`` applies controls and runs ``frame_skip`` substeps.
+
+    ``bind(name)`` gives a live ``[N, ...]`` float64 numpy view of an ``MjData`` field; ``t(name)`` the
+    same as a torch tensor (zero copy). ``expand(name)`` makes a model field per-world (domain
+    randomization) and returns its live ``[N, ...]`` values.
+    """
+
+    def __init__(self, model: str | mujoco.MjModel, num_envs: int, device="cpu", frame_skip: int = 1,
+                 num_threads: int = 1, post_constraint: bool = False):
+        if torch.device(device).type != "cpu":
+            raise UserError("the mujoco_cpu backend simulates on the CPU; use sim_device=cpu "
+                            "(the learner may still run on CUDA: learner_device=cuda)")
+        if num_threads < 1:
+            raise UserError(f"sim threads must be >= 1, got {num_threads}")
+        self.model = load_model(model)
+        self.num_envs, self.device = int(num_envs), torch.device("cpu")
+        self.frame_skip = int(frame_skip)
+        self.post_constraint = post_constraint
+        self.batch = mujoco.batch.Batch(self.model, self.num_envs, nthread=num_threads, persistent=post_constraint)
+        self.dt = self.model.opt.timestep * self.frame_skip  # control period [s]
+        self._tensors: dict[str, torch.Tensor] = {}
+        self._state_fields = tuple(f for f in _STATE_FIELDS if self.bind(f).size)
+        self.qpos, self.qvel, self.ctrl = self.t("qpos"), self.t("qvel"), self.t("ctrl")
+        if post_constraint:
+            self._data = mujoco.MjData(self.model)
+            self._cfrc_ext = np.zeros((self.num_envs, self.model.nbody, 6))
+        self.batch.reset()
+
+    # ---- views ----------------------------------------------------------------------------------
+    def bind(self, name: str) -> np.ndarray:
+        """Live ``[N, ...]`` view of an ``MjData`` field (state fields writable, derived read-only)."""
+        if name == "cfrc_ext" and self.post_constraint:
+            return self._cfrc_ext
+        return self.batch.bind(name)
+
+    def t(self, name: str) -> torch.Tensor:
+        """``bind(name)`` as a torch tensor sharing its memory."""
+        if name not in self._tensors:
+            with warnings.catch_warnings():  # derived fields are read-only arrays; the tensor is read only
+                warnings.simplefilter("ignore", UserWarning)
+                self._tensors[name] = torch.from_numpy(self.bind(name))
+        return self._tensors[name]
+
+    def expand(self, name: str) -> torch.Tensor:
+        """Per-world values of model field ``name`` (``body_mass``, ``geom_friction``, ``opt.gravity``...),
+        live ``[N, ...]``; call ``set_const`` after writing fields that ``mj_setConst`` reads."""
+        return torch.from_numpy(self.batch.expand(name))
+
+    def body(self, name: str):
+        return self.batch.body(name)
+
+    def joint(self, name: str):
+        return self.batch.joint(name)
+
+    # ---- physics --------------------------------------------------------------------------------
+    def step(self, controls: torch.Tensor) -> None:
+        """``controls: [N, nu]`` written to ``ctrl`` (MuJoCo clamps to ctrlrange), then ``frame_skip`` substeps."""
+        self.ctrl.copy_(controls)
+        self.batch.step(nstep=self.frame_skip)
+        if self.post_constraint:
+            self._post_constraint()
+
+    def _post_constraint(self) -> None:
+        # no batched mj_rnePostConstraint exists: per world, copy its MjData out of the persistent batch
+        # (its derived fields are the last substep's, as gymnasium reads them) and run it there
+        data, out = self._data, self._cfrc_ext
+        for i in range(self.num_envs):
+            self.batch.get_data(i, data)
+            mujoco.mj_rnePostConstraint(self.model, data)
+            out[i] = data.cfrc_ext
+
+    def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
+        """Reset ``env_ids`` to the model defaults with ``state = [qpos | qvel]``, then ``mj_forward``."""
+        ids = env_ids.cpu().numpy()
+        nq = self.model.nq
+        self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        self.qpos[env_ids] = state[:, :nq].to(torch.float64)
+        self.qvel[env_ids] = state[:, nq:].to(torch.float64)
+        self.batch.forward(ids)
+        if self.post_constraint:
+            self._cfrc_ext[ids] = 0.0  # mj_forward alone does not compute it (gymnasium's reset neither)
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        state = {f: torch.from_numpy(self.bind(f).copy()) for f in self._state_fields}
+        if self.post_constraint:
+            state["cfrc_ext"] = torch.from_numpy(self._cfrc_ext.copy())
+        return state
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        for f in self._state_fields:
+            self.bind(f)[...] = state[f].numpy()
+        self.batch.forward()
+        if self.post_constraint:
+            self._cfrc_ext[...] = state["cfrc_ext"].numpy()
+
+    def finite(self) -> torch.Tensor:
+        return torch.isfinite(self.qpos).all(1) & torch.isfinite(self.qvel).all(1)
