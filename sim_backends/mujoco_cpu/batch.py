@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import warnings
+
 import mujoco
 import mujoco.batch
 import numpy as np
