@@ -76,6 +76,9 @@ class LocomotionEnv(ManagedVecEnv):
             self.nominal_mass = torch.from_numpy(m.body_mass.copy())
             self.nominal_friction = torch.from_numpy(m.geom_friction[:, 0].copy())
             self.body_mass, self.geom_friction = self.sim.expand("body_mass"), self.sim.expand("geom_friction")
+        # the rewarded position after the latest step or reset: derived fields (xpos) are one substep
+        # behind the state, so it is kept (and checkpointed) rather than recomputed from a restored state
+        self._pos = torch.zeros(self.num_envs, 2, dtype=torch.float64)
         low, high = m.actuator_ctrlrange[:, 0].astype(np.float32), m.actuator_ctrlrange[:, 1].astype(np.float32)
         self.single_action_space = gym.spaces.Box(low, high, dtype=np.float32)
         dim = self._observe()["policy"].shape[1]
@@ -110,6 +113,7 @@ class LocomotionEnv(ManagedVecEnv):
         if self.cfg.domain_randomization.enabled:
             self._randomize(env_ids)
         sim.set_state_idx(env_ids, torch.cat([qpos, qvel], 1))
+        self._pos[env_ids] = self._position()[env_ids]
 
     def _randomize(self, env_ids: torch.Tensor) -> None:
         dr, g, k = self.cfg.domain_randomization, self.generator, env_ids.numel()
@@ -119,8 +123,9 @@ class LocomotionEnv(ManagedVecEnv):
         self.sim.batch.set_const(env_ids.numpy())
 
     def _apply_action(self, action: torch.Tensor) -> None:
-        self._pos_before = self._position().clone()
+        self._pos_before = self._pos
         self.sim.step(action)
+        self._pos = self._position().clone()
 
     def _observe(self) -> Obs:
         obs = torch.cat(self._obs_terms(), 1)
@@ -128,7 +133,7 @@ class LocomotionEnv(ManagedVecEnv):
 
     def _compute(self, action: torch.Tensor) -> StepTerms:
         cfg = self.cfg
-        velocity = (self._position() - self._pos_before) / self.control_dt  # [N, 2] [m/s]
+        velocity = (self._pos - self._pos_before) / self.control_dt  # [N, 2] [m/s]
         healthy = self._healthy()
         a = action.to(torch.float64)
         terms = {
@@ -147,7 +152,7 @@ class LocomotionEnv(ManagedVecEnv):
         return self.sim.finite()
 
     def state_dict(self) -> dict:
-        state = {**super().state_dict(), "sim": self.sim.get_state()}
+        state = {**super().state_dict(), "sim": self.sim.get_state(), "position": self._pos.clone()}
         if self.cfg.domain_randomization.enabled:
             state.update(body_mass=self.body_mass.clone(), geom_friction=self.geom_friction.clone())
         return state
@@ -159,6 +164,7 @@ class LocomotionEnv(ManagedVecEnv):
             self.geom_friction.copy_(state["geom_friction"])
             self.sim.batch.set_const()
         self.sim.set_state(state["sim"])
+        self._pos.copy_(state["position"])
 
 
 def _within(x: torch.Tensor, bounds, inclusive: bool = False) -> torch.Tensor:
