@@ -16,6 +16,7 @@ from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import GaussianActor, ValueCritic
+from embodied.policies.normalizer import EmpiricalNormalizer
 
 
 @dataclass
@@ -34,6 +35,9 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     init_log_std: float = -0.5
     normalize_advantages: bool = True
+    # divide rewards by the running std of the discounted return (gymnasium's NormalizeReward, which
+    # CleanRL's MuJoCo PPO uses): keeps value targets O(1) whatever the task's reward scale
+    normalize_rewards: bool = False
 
 
 class RolloutStorage:
@@ -82,6 +86,8 @@ class PPO(Algorithm):
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None  # (log_prob, value) of the last act
         self._next_cobs: torch.Tensor | None = None
         self.num_updates = 0
+        self.return_norm = EmpiricalNormalizer(1).to(self.device)  # statistics of the discounted return
+        self._discounted = torch.zeros(num_envs, device=self.device)  # per env, reset at episode ends
 
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
@@ -95,7 +101,7 @@ class PPO(Algorithm):
     def observe(self, tr: Transition) -> None:
         s, t = self.storage, self.storage.step
         log_prob, value = self._last
-        reward = tr.reward.clone()
+        reward = self._scale_rewards(tr.reward, tr.terminated | tr.truncated)
         # time-limit truncation is not failure: bootstrap r + gamma V(s_final) (Pardo et al. 2018)
         boot = tr.truncated & ~tr.terminated
         if boot.any():
@@ -108,6 +114,15 @@ class PPO(Algorithm):
         for module, x in ((self.pi, tr.obs["policy"]), (self.v, critic_obs(tr.obs))):
             if hasattr(module.normalizer, "update"):
                 module.normalizer.update(x)
+
+    def _scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """r / sqrt(Var[G] + eps) with G_t = gamma G_{t-1} + r_t, the running discounted return."""
+        if not self.cfg.normalize_rewards:
+            return reward.clone()
+        self._discounted = self._discounted * self.cfg.gamma + reward
+        self.return_norm.update(self._discounted[:, None])
+        self._discounted = self._discounted * (~done).float()
+        return reward / torch.sqrt(self.return_norm.var[0] + self.return_norm.eps)
 
     def update(self) -> dict[str, float]:
         s, cfg = self.storage, self.cfg
@@ -175,7 +190,8 @@ class PPO(Algorithm):
 
     def state_dict(self) -> dict:
         return {"pi": self.pi.state_dict(), "v": self.v.state_dict(), "opt": self.opt.state_dict(),
-                "generator": self.generator.get_state(), "num_updates": self.num_updates}
+                "generator": self.generator.get_state(), "num_updates": self.num_updates,
+                "return_norm": self.return_norm.state_dict(), "discounted": self._discounted.clone()}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.pi.load_state_dict(state["pi"])
@@ -183,6 +199,8 @@ class PPO(Algorithm):
         self.opt.load_state_dict(state["opt"])
         self.generator.set_state(state["generator"])
         self.num_updates = int(state["num_updates"])
+        self.return_norm.load_state_dict(state["return_norm"])
+        self._discounted = state["discounted"].to(self.device)
 
 
 ALGOS.register("ppo", PPO)

@@ -250,6 +250,18 @@ def make_ppo(num_envs: int = 4, **ppo) -> PPO:
                num_envs, torch.device("cpu"), seed=0)
 
 
+def test_ppo_reward_normalization_hand_example():
+    """r / sqrt(Var[G] + eps), G_t = gamma G_{t-1} + r_t reset after an episode end (gymnasium's
+    NormalizeReward): two envs, gamma 0.5, rewards (1, 2) then (3, 4) with env 0 ending at step 1."""
+    algo = make_ppo(num_envs=2, gamma=0.5, normalize_rewards=True)
+    r1 = algo._scale_rewards(torch.tensor([1.0, 2.0]), torch.tensor([True, False]))
+    # G = (1, 2): population variance 0.25
+    torch.testing.assert_close(r1, torch.tensor([1.0, 2.0]) / math.sqrt(0.25 + 1e-8))
+    r2 = algo._scale_rewards(torch.tensor([3.0, 4.0]), torch.tensor([False, False]))
+    # env 0 restarted: G = (3, 0.5 * 2 + 4 = 5); all four returns 1, 2, 3, 5: variance 2.1875
+    torch.testing.assert_close(r2, torch.tensor([3.0, 4.0]) / math.sqrt(2.1875 + 1e-8))
+
+
 def test_ppo_clipped_surrogate_hand_example():
     algo = make_ppo(clip=0.2, normalize_advantages=False, value_clip=0.1, value_coef=0.5, entropy_coef=0.01)
     algo.pi.double()
