@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -46,6 +46,13 @@ class Transition:
     terminated: torch.Tensor  # [N] bool
     truncated: torch.Tensor  # [N] bool
     next_obs: Obs
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # what ``act`` returned beside the action
+
+
+def split_act(out) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``act`` returns an action, or ``(action, extras)`` where the algorithm needs values from acting
+    time (PPO: the behaviour policy's log-probability and value) carried with the transition."""
+    return out if isinstance(out, tuple) else (out, {})
 
 
 class Algorithm(abc.ABC):
@@ -67,8 +74,9 @@ class Algorithm(abc.ABC):
         return 1
 
     @abc.abstractmethod
-    def act(self, obs: Obs) -> torch.Tensor:
-        """Exploration actions ``[N, act_dim]`` for collection."""
+    def act(self, obs: Obs) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Exploration actions ``[N, act_dim]`` for collection, optionally with ``extras`` that the
+        collector hands back in the transition (engines may act on the next step before observing this one)."""
 
     @abc.abstractmethod
     def observe(self, transition: Transition) -> None:

@@ -83,24 +83,22 @@ class PPO(Algorithm):
         self.params = [*self.pi.parameters(), *self.v.parameters()]
         self.opt = torch.optim.Adam(self.params, lr=cfg.lr)
         self.storage = RolloutStorage(cfg.num_steps, num_envs, obs_dim, cdim, act_dim, self.device)
-        self._last: tuple[torch.Tensor, torch.Tensor] | None = None  # (log_prob, value) of the last act
         self._next_cobs: torch.Tensor | None = None
         self.num_updates = 0
         self.return_norm = EmpiricalNormalizer(1).to(self.device)  # statistics of the discounted return
         self._discounted = torch.zeros(num_envs, device=self.device)  # per env, reset at episode ends
 
     @torch.no_grad()
-    def act(self, obs: Obs) -> torch.Tensor:
+    def act(self, obs: Obs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         dist = self.pi.dist(obs["policy"])
         action = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator,
                                                        device=self.device)
-        self._last = (dist.log_prob(action).sum(-1), self.v(critic_obs(obs)))
-        return action
+        return action, {"log_prob": dist.log_prob(action).sum(-1), "value": self.v(critic_obs(obs))}
 
     @torch.no_grad()
     def observe(self, tr: Transition) -> None:
         s, t = self.storage, self.storage.step
-        log_prob, value = self._last
+        log_prob, value = tr.extras["log_prob"], tr.extras["value"]
         reward = self._scale_rewards(tr.reward, tr.terminated | tr.truncated)
         # time-limit truncation is not failure: bootstrap r + gamma V(s_final) (Pardo et al. 2018)
         boot = tr.truncated & ~tr.terminated

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from embodied.algos.base import Obs, Transition
+from embodied.algos.base import Obs, Transition, split_act
 from embodied.runtime.base import Collector, EpisodeStats, MakeEnv, to_device
 
 
@@ -34,7 +34,7 @@ class SyncCollector(Collector):
 
     def step(self, act: Callable[[Obs], torch.Tensor]) -> Transition:
         obs = to_device(self._obs, self.learner_device)
-        action = act(obs)
+        action, extras = split_act(act(obs))
         next_obs, reward, terminated, truncated, info = self.env.step(to_device(action, self.env.device))
         self.log = info["log"]
         episodes = self.stats.track(reward, terminated | truncated, info.get("final_info"))
@@ -42,7 +42,7 @@ class SyncCollector(Collector):
             self.finished.extend(episodes.as_dicts())
         tr = Transition(obs, action, to_device(reward, self.learner_device),
                         to_device(terminated, self.learner_device), to_device(truncated, self.learner_device),
-                        next_obs=to_device(info["final_obs"], self.learner_device))
+                        next_obs=to_device(info["final_obs"], self.learner_device), extras=extras)
         self._obs = next_obs
         return tr
 

@@ -309,14 +309,14 @@ def test_ppo_observe_bootstraps_only_truncated_not_terminated():
     algo = make_ppo(num_envs=4, gamma=0.9)
     obs = {"policy": torch.randn(4, 2)}
     next_obs = {"policy": torch.randn(4, 2)}
-    action = algo.act(obs)
+    action, extras = algo.act(obs)
     with torch.no_grad():
         v_next = algo.v(next_obs["policy"])  # before observe updates the normalizers
         v_now = algo.v(obs["policy"])
     reward = torch.tensor([1.0, 2.0, 3.0, 4.0])
     terminated = torch.tensor([False, True, True, False])
     truncated = torch.tensor([True, False, True, False])
-    algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs))
+    algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs, extras))
     s = algo.storage
     # env 0 truncated only: r + gamma V(s_final); env 1 terminated; env 2 both: terminal wins; env 3 running
     expected = torch.tensor([1.0 + 0.9 * float(v_next[0]), 2.0, 3.0, 4.0])
