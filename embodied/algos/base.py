@@ -60,6 +60,7 @@ class Algorithm(abc.ABC):
     itself, so the run builder, the runner table and ``RunConfig`` name no algorithm."""
 
     paradigm: ClassVar[str]  # one of PARADIGMS
+    num_updates: int = 0  # learning updates so far: the policy version engines measure lag against
     config_cls: ClassVar[type]  # its typed config, the ``<algo>.`` section of a run config
 
     @classmethod

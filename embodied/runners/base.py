@@ -40,7 +40,7 @@ class Runner:
         self._t_start = time.perf_counter()
 
     def collect(self):
-        tr = self.collector.step(self.algo.act)
+        tr = self.collector.step(self.algo.act, version=self.algo.num_updates)
         self.algo.observe(tr)
         self.step += tr.reward.shape[0]
         return tr
@@ -136,6 +136,7 @@ class Runner:
 
     def finish(self) -> dict:
         self.checkpoint()
+        self.collector.close()
         self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"),
                          self.last_eval.get("eval/success"), force=True)
         self.logger.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from embodied.core.registry import ENGINES
 from embodied.runtime.base import Collector, EpisodeStats, MakeEnv
+from embodied.runtime.async_engine import AsyncCollector
 from embodied.runtime.sync import SyncCollector
 
 ENGINES.register("sync", SyncCollector)
+ENGINES.register("async", AsyncCollector)
 
 
 def make_collector(engine: str, make_env: MakeEnv, num_envs: int, seed: int, learner_device, runtime=None) -> Collector:
@@ -15,4 +17,4 @@ def make_collector(engine: str, make_env: MakeEnv, num_envs: int, seed: int, lea
     return ENGINES.get(engine)(make_env, num_envs, seed, learner_device, runtime)
 
 
-__all__ = ["Collector", "EpisodeStats", "MakeEnv", "SyncCollector", "make_collector"]
+__all__ = ["AsyncCollector", "Collector", "EpisodeStats", "MakeEnv", "SyncCollector", "make_collector"]

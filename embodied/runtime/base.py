@@ -71,8 +71,8 @@ class Collector(abc.ABC):
     """Steps ``num_envs`` envs with the learner's ``act`` and returns transitions on ``learner_device``.
 
     ``obs`` is the observation the next ``step`` acts on (None before ``reset``).
-    Engines that simulate ahead may return a transition whose action came from a policy a few updates
-    older than the newest; they report that lag in ``log["runtime/policy_lag"]``.
+    Engines that simulate ahead may return a transition whose action came from a policy some updates
+    older than the newest (``version`` at observing minus at acting); they log it as ``runtime/policy_lag``.
     """
 
     num_envs: int
@@ -90,8 +90,9 @@ class Collector(abc.ABC):
         """Reset every env (``seed`` re-seeds them)."""
 
     @abc.abstractmethod
-    def step(self, act: Callable[[Obs], torch.Tensor]) -> Transition:
-        """One batched env step with ``act(obs) -> action [N, act_dim]`` on the learner device."""
+    def step(self, act: Callable[[Obs], torch.Tensor], version: int = 0) -> Transition:
+        """One batched env step with ``act(obs) -> action [N, act_dim]`` on the learner device. ``version``
+        counts the learner's updates so far; an engine that acted earlier reports the difference as lag."""
 
     @abc.abstractmethod
     def pop_episodes(self) -> list[dict[str, float]]:

@@ -32,7 +32,7 @@ class SyncCollector(Collector):
         self._obs, _ = self.env.reset(seed=seed)
         self.stats.reset()
 
-    def step(self, act: Callable[[Obs], torch.Tensor]) -> Transition:
+    def step(self, act: Callable[[Obs], torch.Tensor], version: int = 0) -> Transition:
         obs = to_device(self._obs, self.learner_device)
         action, extras = split_act(act(obs))
         next_obs, reward, terminated, truncated, info = self.env.step(to_device(action, self.env.device))
