@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from embodied.core.registry import ENGINES
-from embodied.runtime.base import Collector, EpisodeStats, MakeEnv
 from embodied.runtime.async_engine import AsyncCollector
+from embodied.runtime.base import Collector, EpisodeStats, MakeEnv
 from embodied.runtime.sync import SyncCollector
 
 ENGINES.register("sync", SyncCollector)
