@@ -12,6 +12,15 @@ ENGINES.register("sync", SyncCollector)
 ENGINES.register("async", AsyncCollector)
 
 
+def _ray_collector(*args, **kwargs):
+    from embodied.runtime.ray_engine import RayCollector  # Ray is imported only by runs that use it
+
+    return RayCollector(*args, **kwargs)
+
+
+ENGINES.register("ray", _ray_collector)
+
+
 def make_collector(engine: str, make_env: MakeEnv, num_envs: int, seed: int, learner_device, runtime=None) -> Collector:
     """Build the collector of ``engine``; ``runtime`` (a ``RuntimeConfig``) configures engines with workers."""
     return ENGINES.get(engine)(make_env, num_envs, seed, learner_device, runtime)

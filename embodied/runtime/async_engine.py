@@ -96,7 +96,6 @@ class AsyncCollector(Collector):
             "action": z(*self.single_action_space.shape), "reward": z(),
             "terminated": z(dtype=torch.bool), "truncated": z(dtype=torch.bool),
         }
-        self._ctx = mp.get_context("spawn")
         self._procs: list = [None] * workers
         self._conns: list = [None] * workers
         self.restarts = [0] * workers
@@ -109,11 +108,16 @@ class AsyncCollector(Collector):
         self._pending: tuple | None = None  # (obs, action, extras, version acted with) of the launched step
 
     # ---- workers --------------------------------------------------------------------------------
+    def _worker_seed(self, w: int) -> int:
+        """One worker with no restart seeds like the sync engine (same rollouts); else (seed, worker, restart)."""
+        first = w == 0 and self.restarts[w] == 0 and len(self._procs) == 1
+        return self.seed if first else worker_seed(self.seed, w, self.restarts[w])
+
     def _start(self, w: int) -> None:
-        parent, child = self._ctx.Pipe()
-        seed = self.seed if (w == 0 and self.restarts[w] == 0 and len(self._procs) == 1) else \
-            worker_seed(self.seed, w, self.restarts[w])
-        proc = self._ctx.Process(target=_worker, args=(child, self.make_env, self.per_worker, seed,
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        seed = self._worker_seed(w)
+        proc = ctx.Process(target=_worker, args=(child, self.make_env, self.per_worker, seed,
                                                        w * self.per_worker, self.buffers), daemon=True)
         proc.start()
         child.close()
@@ -140,11 +144,14 @@ class AsyncCollector(Collector):
         except (BrokenPipeError, ConnectionResetError):
             pass  # noticed by _expect, which restarts the worker
 
-    def _restart(self, w: int) -> None:
+    def _kill(self, w: int) -> None:
         proc = self._procs[w]
         if proc.is_alive():
             proc.kill()
         proc.join(timeout=5)
+
+    def _restart(self, w: int) -> None:
+        self._kill(w)
         self.restarts[w] += 1
         self._start(w)
         self._send(w, "reset", worker_seed(self.seed, w, self.restarts[w]))
