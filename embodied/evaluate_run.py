@@ -20,6 +20,8 @@ def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: 
     policy = load_policy(run_dir)
     seed = eval_seed(cfg) if seed is None else seed
     env = make_eval_env(cfg, num_envs=episodes)
+    if video:  # before the evaluation, not after it
+        _check_renders(env, cfg.task)
     result = {"task": cfg.task, "step": ckpt["step"], "episodes": episodes,
               **evaluate(policy.act, env, seed=seed)}
     if video:
@@ -27,14 +29,19 @@ def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: 
     return result
 
 
+def _check_renders(env, task: str) -> None:
+    if not env.can_render:
+        raise UserError(f"task {task!r} has no renderer; run eval without --video")
+
+
 @torch.no_grad()
 def record_video(policy, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
-    """Roll out one episode and draw every ``100 // fps``-th control step (real-time playback)."""
+    """Roll out one episode and draw every ``round(1 / (fps * control_dt))``-th control step (real-time
+    playback)."""
     env = make_eval_env(cfg, num_envs=1, device="cpu")
-    if not hasattr(env, "render_frame"):
-        raise UserError(f"task {cfg.task!r} has no renderer for --video")
+    _check_renders(env, cfg.task)
     obs, _ = env.reset(seed=seed)
-    dt = getattr(env, "control_dt", 0.01)
+    dt = env.control_dt
     every = max(1, round(1.0 / (fps * dt)))
     frames = []
     for t in range(env.max_episode_steps):

@@ -1,5 +1,7 @@
-"""Batched physics and rendering backends, registered by name."""
+"""Batched physics and rendering backends, registered by name in ``SIM_BACKENDS``.
 
-from embodied.core.registry import SIM_BACKENDS
+Each backend subpackage registers its own factory (``SIM_BACKENDS.register(name, factory)``) when imported;
+importing this package imports every backend subpackage, so a registered name is there as soon as any
+``embodied.sim_backends`` module is. The contract, ``NamedLayout`` and ``make_backend`` are in ``base``."""
 
-SIM_BACKENDS.register("torch_vec", "embodied.sim_backends.torch_vec")
+from embodied.sim_backends import torch_vec  # noqa: F401  (registers "torch_vec")

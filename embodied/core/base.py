@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from embodied.core.errors import UserError
@@ -39,6 +40,7 @@ class VecEnv(abc.ABC):
     single_observation_space: gym.spaces.Dict  # per env, one Box per obs group
     single_action_space: gym.spaces.Box  # per env
     max_episode_steps: int
+    control_dt: float  # [s] simulated time per control step; every task declares it (video playback rate)
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> tuple[Obs, dict]:
@@ -56,6 +58,16 @@ class VecEnv(abc.ABC):
     def symmetry_group(self):
         """The task's symmetry group (``embodied.core.symmetry.SymmetryGroup``), or None."""
         return None
+
+    # rendering: a task that draws overrides ``render_frame``; ``can_render`` says whether it does
+    def render_frame(self, env_idx: int = 0) -> np.ndarray:
+        """RGB frame ``uint8 [H, W, 3]`` of env ``env_idx`` in its current state."""
+        raise UserError(f"task {type(self).__name__} has no renderer")
+
+    @property
+    def can_render(self) -> bool:
+        """Whether ``render_frame`` draws (the task overrides it) rather than raising ``UserError``."""
+        return type(self).render_frame is not VecEnv.render_frame
 
     # checkpointing: everything needed to continue the env stream exactly
     def state_dict(self) -> dict:
@@ -193,6 +205,4 @@ class ManagedVecEnv(VecEnv):
 
 
 def box(low, high, shape) -> gym.spaces.Box:
-    import numpy as np
-
     return gym.spaces.Box(low=low, high=high, shape=tuple(shape), dtype=np.float32)

@@ -47,6 +47,8 @@ class TaskSpec:
     make: Callable[..., Any]  # make(cfg, num_envs, device, seed) -> VecEnv
     config_cls: type  # the task's typed config dataclass
     description: str
+    # sim backends (names in SIM_BACKENDS) the task runs on; the first is the default, a task config field
+    # ``backend`` may pick another (embodied.sim_backends.base.choose_backend)
     backends: tuple[str, ...]
     success_metric: str | None = None  # key of info["final_info"] that says an episode succeeded
     default_algo: str = "ppo"
@@ -83,7 +85,9 @@ class TaskRegistry(Registry[TaskSpec]):
 
 
 TASKS = TaskRegistry()
-SIM_BACKENDS: Registry[Any] = Registry("sim backend")  # name -> factory(model, num_envs, device, **kw) -> SimBackend
+# name -> factory(model, num_envs, device, **kw) -> SimBackend, with ``factory.models`` (the model names it builds);
+# each backend subpackage registers itself on import; build through embodied.sim_backends.base.make_backend
+SIM_BACKENDS: Registry[Any] = Registry("sim backend")
 ALGOS: Registry[Any] = Registry("algorithm")  # name -> Algorithm subclass
 ENGINES: Registry[Any] = Registry("runtime engine")  # name -> Collector subclass
 POLICIES: Registry[Any] = Registry("policy")

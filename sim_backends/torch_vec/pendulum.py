@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from embodied.sim_backends.base import SimBackend
+from embodied.sim_backends.base import NamedLayout, SimBackend
 
 
 @dataclass(frozen=True)
@@ -22,20 +22,32 @@ class PendulumParams:
 class PendulumSim(SimBackend):
     """State ``x: [N, 2]`` = (theta [rad], theta_dot [rad/s]); theta = 0 is upright."""
 
-    def __init__(self, num_envs: int, device: torch.device, params: PendulumParams):
+    STATE = NamedLayout(theta=1, theta_dot=1)
+    CONTROLS = NamedLayout(torque=1)  # [N m]
+
+    def __init__(self, num_envs: int, device: str | torch.device, params: PendulumParams | None = None):
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.params = params
-        self.x = torch.zeros(num_envs, 2, device=self.device)
+        self.params = PendulumParams() if params is None else params
+        self.x = torch.zeros(num_envs, self.STATE.dim, device=self.device)
+
+    # named views [N] into the state, for tasks
+    @property
+    def theta(self) -> torch.Tensor:
+        return self.STATE.column(self.x, "theta")
+
+    @property
+    def theta_dot(self) -> torch.Tensor:
+        return self.STATE.column(self.x, "theta_dot")
 
     def step(self, controls: torch.Tensor) -> None:
         """``controls: [N, 1]`` torque [N m], clipped to ``max_torque``."""
         p = self.params
-        u = controls[:, 0].clamp(-p.max_torque, p.max_torque)
-        th, thdot = self.x[:, 0], self.x[:, 1]
+        u = self.CONTROLS.column(controls, "torque").clamp(-p.max_torque, p.max_torque)
+        th, thdot = self.theta, self.theta_dot
         thdot = thdot + (3 * p.g / (2 * p.length) * torch.sin(th) + 3.0 / (p.mass * p.length**2) * u) * p.dt
         thdot = thdot.clamp(-p.max_speed, p.max_speed)
-        self.x = torch.stack([th + thdot * p.dt, thdot], 1)
+        self.x = self.STATE.pack(theta=(th + thdot * p.dt)[:, None], theta_dot=thdot[:, None])
 
     def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
         self.x[env_ids] = state

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from embodied.kernels import quadrotor as qk
-from embodied.sim_backends.base import SimBackend
+from embodied.sim_backends.base import NamedLayout, SimBackend
+
+# the column layouts of ``embodied.kernels.quadrotor`` (its module docstring), by name
+STATE = NamedLayout(pos_w=3, quat_wb=4, lin_vel_w=3, ang_vel_b=3, rpm=4)
+PARAMS = NamedLayout(mass=1, inertia=3, k_f=1, k_m=1, motor_tau=1, force_w=3, torque_b=3)
+CONTROLS = NamedLayout(rpm_cmd=4)
+assert STATE.dim == qk.STATE_DIM and PARAMS.dim == qk.PARAM_DIM
 
 
 @dataclass(frozen=True)
@@ -35,41 +41,80 @@ class QuadrotorParams:
         return (self.mass * qk.GRAVITY / (4 * self.k_f)) ** 0.5
 
     def as_row(self) -> list[float]:
-        return [self.mass, *self.inertia, self.k_f, self.k_m, self.motor_tau, 0, 0, 0, 0, 0, 0]
+        """One row of the per-env parameter tensor (``PARAMS`` layout), no disturbance."""
+        parts = {"mass": [self.mass], "inertia": list(self.inertia), "k_f": [self.k_f], "k_m": [self.k_m],
+                 "motor_tau": [self.motor_tau], "force_w": [0.0] * 3, "torque_b": [0.0] * 3}
+        return PARAMS.pack(**{k: torch.tensor(v, dtype=torch.float64) for k, v in parts.items()}).tolist()
 
 
 class QuadrotorSim(SimBackend):
-    """State ``x: [N, 17]`` and parameters ``p: [N, 13]`` as laid out in ``embodied.kernels.quadrotor``."""
+    """State ``x: [N, 17]`` (``STATE``) and parameters ``p: [N, 13]`` (``PARAMS``) as laid out in
+    ``embodied.kernels.quadrotor``; the properties are ``[N, width]`` views (writes go through)."""
 
-    def __init__(self, num_envs: int, device: torch.device, params: QuadrotorParams, kernel: str = "auto"):
+    STATE = STATE
+    PARAMS = PARAMS
+    CONTROLS = CONTROLS
+
+    def __init__(self, num_envs: int, device: str | torch.device, params: QuadrotorParams | None = None,
+                 kernel: str = "auto"):
+        params = QuadrotorParams() if params is None else params
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.params = params
         self.kernel = kernel
-        self.x = torch.zeros(num_envs, qk.STATE_DIM, device=self.device)
-        self.x[:, 3] = 1.0
+        self.x = torch.zeros(num_envs, STATE.dim, device=self.device)
+        STATE.view(self.x, "quat_wb")[:, 0] = 1.0  # identity rotation (w first)
         self.p = torch.tensor(params.as_row(), device=self.device).repeat(num_envs, 1)
 
     # named views [N, k] into the state, for tasks
     @property
     def pos_w(self) -> torch.Tensor:
-        return self.x[:, 0:3]
+        return STATE.view(self.x, "pos_w")
 
     @property
     def quat_wb(self) -> torch.Tensor:
-        return self.x[:, 3:7]
+        return STATE.view(self.x, "quat_wb")
 
     @property
     def lin_vel_w(self) -> torch.Tensor:
-        return self.x[:, 7:10]
+        return STATE.view(self.x, "lin_vel_w")
 
     @property
     def ang_vel_b(self) -> torch.Tensor:
-        return self.x[:, 10:13]
+        return STATE.view(self.x, "ang_vel_b")
 
     @property
     def rpm(self) -> torch.Tensor:
-        return self.x[:, 13:17]
+        return STATE.view(self.x, "rpm")
+
+    # named views [N, k] into the per-env parameters (``params`` holds the nominal values)
+    @property
+    def mass(self) -> torch.Tensor:
+        return PARAMS.view(self.p, "mass")
+
+    @property
+    def inertia(self) -> torch.Tensor:
+        return PARAMS.view(self.p, "inertia")
+
+    @property
+    def k_f(self) -> torch.Tensor:
+        return PARAMS.view(self.p, "k_f")
+
+    @property
+    def k_m(self) -> torch.Tensor:
+        return PARAMS.view(self.p, "k_m")
+
+    @property
+    def motor_tau(self) -> torch.Tensor:
+        return PARAMS.view(self.p, "motor_tau")
+
+    @property
+    def force_w(self) -> torch.Tensor:
+        return PARAMS.view(self.p, "force_w")
+
+    @property
+    def torque_b(self) -> torch.Tensor:
+        return PARAMS.view(self.p, "torque_b")
 
     def step(self, controls: torch.Tensor) -> None:
         """``controls: [N, 4]`` commanded rpm; clipped to ``[0, rpm_max]``."""

@@ -48,6 +48,8 @@ class TargetEnv(ManagedVecEnv):
         terms = {"match": 1.0 - (self._error * self._error).sum(1)}
         return StepTerms(terms, torch.zeros(self.num_envs, dtype=torch.bool, device=self.device))
 
+    control_dt = 0.1  # [s] nominal: the task has no physical time (and no renderer)
+
     def state_dict(self) -> dict:
         return {**super().state_dict(), "target": self.target.clone()}
 

@@ -22,7 +22,8 @@ from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
 from embodied.kernels.quadrotor import GRAVITY, ROTOR_X
-from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams, QuadrotorSim
+from embodied.sim_backends.base import NamedLayout, choose_backend, make_backend
+from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
 
 
 @dataclass
@@ -87,7 +88,8 @@ class QuadrotorHoverConfig:
     obs_noise_ang_vel: float = 0.002  # std [rad/s]
     disturbance_force: float = 1.0 / 20.0  # std as a fraction of m g [N / (m g)]
     disturbance_torque: float = 1.0 / 10000.0  # std as a fraction of m g [N m / (m g)]
-    kernel: str = "auto"  # physics kernel: auto | numba | torch
+    backend: str | None = None  # sim backend, one of the task's TaskSpec.backends (None: the first)
+    kernel: str = "auto"  # physics kernel (torch_vec): auto | numba | torch
     reward: RewardWeights = field(default_factory=RewardWeights)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     domain_randomization: DomainRandomizationConfig = field(default_factory=DomainRandomizationConfig)
@@ -98,6 +100,10 @@ class QuadrotorHoverConfig:
 # product is the 180-degree turn about z. Each is (diag(M), rotor permutation).
 MIRRORS = (((1.0, 1.0, 1.0), (0, 1, 2, 3)), ((1.0, -1.0, 1.0), (3, 2, 1, 0)), ((-1.0, 1.0, 1.0), (1, 0, 3, 2)),
            ((-1.0, -1.0, 1.0), (2, 3, 0, 1)))
+
+# the parameters domain randomization scales, in the sim's PARAMS order; their ratios to nominal are logged from
+# one [N, 7] tensor in this layout (the logged means' summation order, and so their bits, depend on it)
+DR_PARAMS = NamedLayout(mass=1, inertia=3, k_f=1, k_m=1, motor_tau=1)
 
 ARM = abs(ROTOR_X[0])  # [m] rotor offset along each body axis; scales disturbance torque in the critic obs
 
@@ -130,7 +136,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         super().__init__(num_envs, device, seed, max_episode_steps=round(cfg.episode_s / params.dt))
         self.cfg = cfg
         self.params = params
-        self.sim = QuadrotorSim(self.num_envs, self.device, params, kernel=cfg.kernel)
+        self.sim = make_backend(choose_backend("quadrotor-hover", cfg.backend), "quadrotor", self.num_envs, self.device,
+                                params=params, kernel=cfg.kernel)
         self.nominal_p = self.sim.p[:1].clone()
         self.hover_action = 2.0 * params.hover_rpm / params.rpm_max - 1.0  # 0.334
         self.weights = RewardWeights(**vars(cfg.reward))  # live copy the curriculum advances
@@ -153,34 +160,36 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         return (torch.rand(k, dim, generator=self.generator, device=self.device) * 2 - 1) * scale
 
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
-        cfg, k = self.cfg, env_ids.numel()
-        x = torch.zeros(k, 17, device=self.device)
-        x[:, 0:3] = self._uniform(k, 3, cfg.init_position)
+        cfg, k, S = self.cfg, env_ids.numel(), self.sim.STATE
+        x = torch.zeros(k, S.dim, device=self.device)
+        S.view(x, "pos_w")[:] = self._uniform(k, 3, cfg.init_position)
         axis = random_unit_vectors(k, self.generator, self.device)
         angle = torch.rand(k, generator=self.generator, device=self.device) * cfg.init_max_angle
-        x[:, 3:7] = quat_from_axis_angle(axis, angle)
-        x[:, 7:10] = self._uniform(k, 3, cfg.init_lin_vel)
-        x[:, 10:13] = self._uniform(k, 3, cfg.init_ang_vel)
+        S.view(x, "quat_wb")[:] = quat_from_axis_angle(axis, angle)
+        S.view(x, "lin_vel_w")[:] = self._uniform(k, 3, cfg.init_lin_vel)
+        S.view(x, "ang_vel_b")[:] = self._uniform(k, 3, cfg.init_ang_vel)
         guided = torch.rand(k, generator=self.generator, device=self.device) < cfg.init_guidance
-        x[guided, :13] = 0.0
-        x[guided, 3] = 1.0
-        x[:, 13:17] = 0.5 * self.params.rpm_max  # motors start at mid range (L2F)
+        for name in ("pos_w", "quat_wb", "lin_vel_w", "ang_vel_b"):  # level at rest at the set-point
+            S.view(x, name)[guided] = 0.0
+        S.view(x, "quat_wb")[guided, 0] = 1.0
+        S.view(x, "rpm")[:] = 0.5 * self.params.rpm_max  # motors start at mid range (L2F)
         self.sim.set_state_idx(env_ids, x)
         self.sim.set_params_idx(env_ids, self._sample_params(k))
         self.actions[env_ids] = 0.0  # the command that holds mid-range rpm
         self.last_outside[env_ids] = 0
 
     def _sample_params(self, k: int) -> torch.Tensor:
+        P = self.sim.PARAMS
         p = self.nominal_p.repeat(k, 1)
         dr = self.cfg.domain_randomization
         if dr.enabled:
-            for cols, r in ((slice(0, 1), dr.mass), (slice(1, 4), dr.inertia), (slice(4, 5), dr.thrust_constant),
-                            (slice(5, 6), dr.torque_constant), (slice(6, 7), dr.motor_time_constant)):
-                width = cols.stop - cols.start
-                p[:, cols] *= 1.0 + self._uniform(k, 1, r).expand(k, width)
-        mg = p[:, 0:1] * GRAVITY
-        p[:, 7:10] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * self.cfg.disturbance_force
-        p[:, 10:13] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * self.cfg.disturbance_torque
+            ranges = {"mass": dr.mass, "inertia": dr.inertia, "k_f": dr.thrust_constant, "k_m": dr.torque_constant,
+                      "motor_tau": dr.motor_time_constant}
+            for name in DR_PARAMS:  # one factor per parameter (all three inertia entries share theirs)
+                P.view(p, name).mul_(1.0 + self._uniform(k, 1, ranges[name]).expand(k, P.width(name)))
+        mg = P.view(p, "mass") * GRAVITY
+        for name, scale in (("force_w", self.cfg.disturbance_force), ("torque_b", self.cfg.disturbance_torque)):
+            P.view(p, name)[:] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * scale
         return p
 
     # ---- step hooks --------------------------------------------------------------------------
@@ -196,10 +205,9 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         rot = quat_to_rotmat(sim.quat_wb).reshape(-1, 9)
         clean = torch.cat([sim.pos_w, rot, sim.lin_vel_w, sim.ang_vel_b], 1)  # [N, 18]
         noise = torch.randn(clean.shape, generator=self.generator, device=self.device) * self.obs_noise_std
-        mg = sim.p[:, 0:1] * GRAVITY
+        mg = sim.mass * GRAVITY
         critic = torch.cat(
-            [clean, sim.p[:, 7:10] / mg, sim.p[:, 10:13] / (mg * ARM),
-             sim.rpm * (2.0 / self.params.rpm_max) - 1.0], 1)
+            [clean, sim.force_w / mg, sim.torque_b / (mg * ARM), sim.rpm * (2.0 / self.params.rpm_max) - 1.0], 1)
         return {"policy": torch.cat([clean + noise, self.actions], 1), "critic": critic}
 
     def _compute(self, action: torch.Tensor) -> StepTerms:
@@ -220,10 +228,11 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         terms["termination"] = -w.termination_penalty * terminated.float()
         metrics = {"distance": dist}
         if self.cfg.domain_randomization.enabled:  # sampled parameters relative to nominal, logged
-            ratio = sim.p[:, :7] / self.nominal_p[:, :7]
-            for name, col in (("mass", 0), ("inertia_xx", 1), ("thrust_constant", 4), ("torque_constant", 5),
-                              ("motor_time_constant", 6)):
-                metrics[f"dr/{name}"] = ratio[:, col]
+            P = sim.PARAMS
+            ratio = DR_PARAMS.pack(**{name: P.view(sim.p, name) / P.view(self.nominal_p, name) for name in DR_PARAMS})
+            for metric, name in (("mass", "mass"), ("inertia_xx", "inertia"), ("thrust_constant", "k_f"),
+                                 ("torque_constant", "k_m"), ("motor_time_constant", "motor_tau")):
+                metrics[f"dr/{metric}"] = DR_PARAMS.view(ratio, name)[:, 0]  # inertia: its xx entry
         return StepTerms(terms, terminated, metrics)
 
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -258,9 +267,9 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         return SymmetryGroup(elements, self.device)
 
     # ---- rendering ---------------------------------------------------------------------------
-    control_dt = 0.01  # [s]
+    control_dt = QuadrotorParams.dt  # [s] one control step is one physics step (100 Hz)
 
-    def render_frame(self, env_idx: int = 0):
+    def render_frame(self, env_idx: int = 0) -> np.ndarray:
         """RGB frame of env ``env_idx`` (3D view, trail of the current episode)."""
         from embodied.render import quadrotor_frame
 
