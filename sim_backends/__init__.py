@@ -4,4 +4,7 @@ Each backend subpackage registers its own factory (``SIM_BACKENDS.register(name,
 importing this package imports every backend subpackage, so a registered name is there as soon as any
 ``embodied.sim_backends`` module is. The contract, ``NamedLayout`` and ``make_backend`` are in ``base``."""
 
-from embodied.sim_backends import torch_vec  # noqa: F401  (registers "torch_vec")
+from embodied.sim_backends import (
+    mujoco_cpu,  # noqa: F401, E402  (registers "mujoco_cpu")
+    torch_vec,  # noqa: F401  (registers "torch_vec")
+)

@@ -160,6 +160,9 @@ class BackendFactory:
     def models(self) -> tuple[str, ...]:
         return tuple(self._builders)
 
+    def has_model(self, model: str) -> bool:
+        return model in self._builders
+
     def __call__(self, model: str, num_envs: int, device: str | torch.device, **kwargs) -> SimBackend:
         if model not in self._builders:
             raise _unknown_model(self.name, model, self.models)
@@ -172,7 +175,7 @@ class BackendFactory:
 def make_backend(name: str, model: str, num_envs: int, device: str | torch.device, **kwargs) -> SimBackend:
     """Build ``model`` on the registered backend ``name``; an unknown backend or model is a ``UserError``."""
     factory = SIM_BACKENDS.get(name)
-    if model not in factory.models:
+    if not factory.has_model(model):
         raise _unknown_model(name, model, factory.models)
     sim = factory(model, num_envs, device, **kwargs)
     if not isinstance(sim, SimBackend):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from embodied.core.errors import UserError
-from embodied.sim_backends.base import SimBackend
+from embodied.sim_backends.base import BackendFactory, NamedLayout, SimBackend
 
 # the integration state saved by get_state (mjSTATE_INTEGRATION minus what these models lack)
 _STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl")
@@ -66,6 +66,9 @@ class MujocoBatch(SimBackend):
         self.post_constraint = post_constraint
         self.batch = mujoco.batch.Batch(self.model, self.num_envs, nthread=num_threads, persistent=post_constraint)
         self.dt = self.model.opt.timestep * self.frame_skip  # control period [s]
+        m = self.model
+        self.STATE = NamedLayout(qpos=m.nq, qvel=m.nv)  # per model: get_state()["x"] = [qpos | qvel]
+        self.CONTROLS = NamedLayout(ctrl=m.nu)
         self._tensors: dict[str, torch.Tensor] = {}
         self._state_fields = tuple(f for f in _STATE_FIELDS if self.bind(f).size)
         self.qpos, self.qvel, self.ctrl = self.t("qpos"), self.t("qvel"), self.t("ctrl")
@@ -130,6 +133,7 @@ class MujocoBatch(SimBackend):
 
     def get_state(self) -> dict[str, torch.Tensor]:
         state = {f: torch.from_numpy(self.bind(f).copy()) for f in self._state_fields}
+        state["x"] = torch.cat([state["qpos"], state["qvel"]], 1)
         if self.post_constraint:
             state["cfrc_ext"] = torch.from_numpy(self._cfrc_ext.copy())
         return state
@@ -143,3 +147,31 @@ class MujocoBatch(SimBackend):
 
     def finite(self) -> torch.Tensor:
         return torch.isfinite(self.qpos).all(1) & torch.isfinite(self.qvel).all(1)
+
+
+class MujocoFactory(BackendFactory):
+    """``mujoco_cpu`` builds any MJCF (a path or an XML string); ``models`` names the gymnasium assets
+    the locomotion tasks use, which the backend conformance test builds."""
+
+    def __init__(self, assets: tuple[str, ...]):
+        super().__init__("mujoco_cpu", {})
+        self.assets = assets
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return self.assets
+
+    def has_model(self, model: str) -> bool:
+        return model in self.assets or model.lstrip().startswith("<") or model.endswith(".xml")
+
+    def __call__(self, model: str, num_envs: int, device="cpu", **kwargs) -> MujocoBatch:
+        if model in self.assets:
+            model = gymnasium_asset(model)
+        return MujocoBatch(model, num_envs, device, **kwargs)
+
+
+def gymnasium_asset(name: str) -> str:
+    """Path of an MJCF file shipped with gymnasium's MuJoCo environments."""
+    import gymnasium.envs.mujoco as gm
+
+    return os.path.join(os.path.dirname(gm.__file__), "assets", name)

@@ -10,7 +10,6 @@ and are not clipped, as in gymnasium (MuJoCo clamps the applied control; the cos
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -19,14 +18,7 @@ import torch
 
 from embodied.core.base import ManagedVecEnv, Obs, StepTerms
 from embodied.core.registry import TaskSpec, register_task
-from embodied.sim_backends.mujoco_cpu import MujocoBatch
-
-
-def gymnasium_asset(name: str) -> str:
-    """Path of an MJCF file shipped with gymnasium's MuJoCo environments."""
-    import gymnasium.envs.mujoco as gm
-
-    return os.path.join(os.path.dirname(gm.__file__), "assets", name)
+from embodied.sim_backends.base import choose_backend, make_backend
 
 
 @dataclass
@@ -59,15 +51,17 @@ class LocomotionConfig:
 class LocomotionEnv(ManagedVecEnv):
     """What the five tasks share; each subclass states its asset, observation and health check."""
 
-    asset: str
+    asset: str  # the gymnasium MJCF file
+    task_name: str  # registered name
     qvel_noise: str = "uniform"  # "uniform" or "normal" reset noise on qvel (as the v5 task does)
     post_constraint: bool = False  # the task reads cfrc_ext (mj_rnePostConstraint after each step)
 
     def __init__(self, cfg: LocomotionConfig, num_envs: int, device="cpu", seed: int = 0):
         super().__init__(num_envs, device, seed, max_episode_steps=cfg.episode_steps)
         self.cfg = cfg
-        self.sim = MujocoBatch(cfg.model or gymnasium_asset(self.asset), self.num_envs, self.device, cfg.frame_skip,
-                               cfg.sim_threads, post_constraint=self.post_constraint)
+        self.sim = make_backend(choose_backend(self.task_name, None), cfg.model or self.asset, self.num_envs,
+                                self.device, frame_skip=cfg.frame_skip, num_threads=cfg.sim_threads,
+                                post_constraint=self.post_constraint)
         m = self.sim.model
         self.control_dt = self.sim.dt  # [s]
         self.init_qpos = torch.from_numpy(m.qpos0.copy())
@@ -276,6 +270,7 @@ TASKS_V5 = {
 }
 
 for _name, (_cls, _gym_id, _defaults) in TASKS_V5.items():
+    _cls.task_name = _name
     _cfg_cls = _config(**_defaults)
     _cfg_cls.__name__ = _cfg_cls.__qualname__ = f"{_cls.__name__[:-3]}Config"
     globals()[_cfg_cls.__name__] = _cfg_cls  # importable by name (pickled into worker processes)
