@@ -105,20 +105,24 @@ def _schema(task: str, algo: str):
 
 def _route_algo_sections(layer: dict, algo: str, what: str, strict: bool) -> dict:
     """Move the run's algorithm section to ``algo_config``; drop other algorithms' sections (or, with
-    ``strict``, refuse them: a command-line key for an algorithm the run does not train)."""
-    names = set(_algos().names())
-    out = {}
+    ``strict``, refuse them: a command-line key for an algorithm the run does not train). The section of
+    an algorithm whose config the run's extends (``ppo:`` for ``appo``) applies first."""
+    algos = _algos()
+    config_cls = algos.get(algo).config_cls
+    parents = [n for n in algos.names() if n != algo and issubclass(config_cls, algos.get(n).config_cls)]
+    out: dict = {}
+    sections = [layer[n] for n in parents if n in layer] + ([layer[algo]] if algo in layer else [])
+    if sections:
+        out["algo_config"] = OmegaConf.to_container(OmegaConf.merge(*sections)) if len(sections) > 1 else sections[0]
     for key, value in layer.items():
         if key == "algo_config":
             raise UserError(f"bad config in {what}: set the learner's keys under its name ({algo}.KEY), "
                             "not algo_config")
-        if key == algo:
-            out["algo_config"] = value
-        elif key in names:
+        if key in algos and key != algo and key not in parents:
             if strict:
                 raise UserError(f"{what} sets {key}.* but this run trains {algo}; set algo={key} to train "
                                 f"{key}, or use {algo}.* keys")
-        else:
+        elif key not in algos:
             out[key] = value
     return out
 

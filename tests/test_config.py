@@ -71,3 +71,13 @@ def _check_family():
         TASKS.get("nofam:x")
     cfg = load_config("testfam:hard", "debug")
     assert cfg.task == "testfam:hard"
+
+
+def test_section_of_the_algorithm_a_config_extends_applies_first():
+    from embodied.algos.appo import APPOConfig
+
+    cfg = load_config("target", overrides=["algo=appo", "appo.rho_bar=0.5"])
+    assert isinstance(cfg.algo_config, APPOConfig)
+    assert cfg.algo_config.num_steps == 10 and cfg.algo_config.rho_bar == 0.5  # ppo: section of target.yaml
+    cfg = load_config("target", overrides=["algo=appo", "ppo.num_steps=7", "appo.num_steps=9"])
+    assert cfg.algo_config.num_steps == 9

@@ -113,6 +113,11 @@ class PPO(Algorithm):
             if hasattr(module.normalizer, "update"):
                 module.normalizer.update(x)
 
+    def _targets(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages and value targets ``[T, N]`` of the stored rollout (GAE)."""
+        s = self.storage
+        return gae(s.rewards, s.values, s.dones, self.v(self._next_cobs), self.cfg.gamma, self.cfg.gae_lambda)
+
     def _scale_rewards(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """r / sqrt(Var[G] + eps) with G_t = gamma G_{t-1} + r_t, the running discounted return."""
         if not self.cfg.normalize_rewards:
@@ -127,7 +132,7 @@ class PPO(Algorithm):
         if not s.full():
             return {}
         with torch.no_grad():
-            adv, returns = gae(s.rewards, s.values, s.dones, self.v(self._next_cobs), cfg.gamma, cfg.gae_lambda)
+            adv, returns = self._targets()
         flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
         obs, cobs, actions = flat(s.obs), flat(s.cobs), flat(s.actions)
         old_logp, old_values, adv, returns = flat(s.log_probs), flat(s.values), flat(adv), flat(returns)

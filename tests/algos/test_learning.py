@@ -70,3 +70,11 @@ def test_ppo_learns_pendulum_swing_up(tmp_path):
     summary = run("pendulum", ["total_steps=57344", "log.eval_every=0", "log.eval_episodes=50"], tmp_path)
     assert summary["step"] == 57344
     assert summary["eval/return"] >= FLOORS["ppo_pendulum"], summary
+
+
+def test_appo_learns_target_on_the_async_engine(tmp_path):
+    # same task and reference scores as PPO's; 2 worker processes simulate ahead (policy lag up to 1)
+    summary = run("target", ["algo=appo", "num_envs=128", "total_steps=5120", "log.eval_every=0",
+                             "runtime.engine=async", "runtime.num_workers=2"], tmp_path)
+    assert summary["step"] == 5120
+    assert summary["eval/return"] >= FLOORS["appo_target"], summary

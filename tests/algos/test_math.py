@@ -250,6 +250,25 @@ def make_ppo(num_envs: int = 4, **ppo) -> PPO:
                num_envs, torch.device("cpu"), seed=0)
 
 
+def test_vtrace_hand_example():
+    """gamma 0.5, rewards (1, 2), V = (0.5, 1), V_T = 2, rho = (2, 0.5) truncated to (1, 0.5):
+    delta = (1, 1); v_1 = 1 + 1 = 2, v_0 = 0.5 + 1 + 0.5 * 1 * 1 = 2; A = (1 + 0.5 * 2 - 0.5, 0.5 (2 + 1 - 1))."""
+    from embodied.algos.gae import vtrace
+
+    r, v, last = torch.tensor([[1.0], [2.0]]), torch.tensor([[0.5], [1.0]]), torch.tensor([2.0])
+    log_rho = torch.log(torch.tensor([[2.0], [0.5]]))
+    vs, adv = vtrace(r, v, torch.zeros(2, 1), last, log_rho, gamma=0.5)
+    torch.testing.assert_close(vs, torch.tensor([[2.0], [2.0]]))
+    torch.testing.assert_close(adv, torch.tensor([[1.5], [1.0]]))
+    # the episode ends at step 0: no bootstrap and no trace across it
+    vs, adv = vtrace(r, v, torch.tensor([[1.0], [0.0]]), last, log_rho, gamma=0.5)
+    torch.testing.assert_close(vs[0], torch.tensor([1.0]))
+    torch.testing.assert_close(adv[0], torch.tensor([0.5]))
+    # on-policy (rho = 1): the lambda = 1 returns of GAE
+    _, returns = gae(r, v, torch.zeros(2, 1), last, 0.5, 1.0)
+    torch.testing.assert_close(vtrace(r, v, torch.zeros(2, 1), last, torch.zeros(2, 1), 0.5)[0], returns)
+
+
 def test_ppo_reward_normalization_hand_example():
     """r / sqrt(Var[G] + eps), G_t = gamma G_{t-1} + r_t reset after an episode end (gymnasium's
     NormalizeReward): two envs, gamma 0.5, rewards (1, 2) then (3, 4) with env 0 ending at step 1."""
