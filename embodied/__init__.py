@@ -27,11 +27,31 @@ def make_env(task: str, num_envs: int = 1, device: str = "cpu", seed: int = 0, *
     return spec.make(cfg, num_envs=num_envs, device=device, seed=seed)
 
 
-def to_gymnasium(env):
-    """Wrap a ``VecEnv`` as a ``gymnasium.vector.VectorEnv`` (numpy in, numpy out)."""
+def to_gymnasium(env, autoreset: str = "same_step", obs: str = "dict"):
+    """Wrap a ``VecEnv`` as a ``gymnasium.vector.VectorEnv`` (numpy in, numpy out).
+
+    ``autoreset``: ``"same_step"`` (default; a finished env's observation is already the next episode's, the
+    last one is in ``infos["final_obs"]``) or ``"next_step"`` (gymnasium's default, as ``SyncVectorEnv``: the
+    step after an episode ends returns the reset observation with reward 0 and ignores that env's action; what
+    gymnasium's vector observation wrappers such as ``NormalizeObservation`` require).
+    ``obs``: ``"dict"`` (default; all observation groups) or ``"policy"`` (the actor group as a flat ``Box``).
+    See ``embodied.core.adapters.GymnasiumVectorEnv`` for the exact conventions.
+    """
     from embodied.core.adapters import GymnasiumVectorEnv
 
-    return GymnasiumVectorEnv(env)
+    return GymnasiumVectorEnv(env, autoreset=autoreset, obs=obs)
+
+
+def make_gym_env(task: str, seed: int = 0, device: str = "cpu", obs: str = "dict", **task_overrides):
+    """Build a registered task as a single ``gymnasium.Env`` (no autoreset: ``reset()`` after an episode ends).
+
+    ``obs``: ``"dict"`` (default; all observation groups) or ``"policy"`` (the actor group as a flat ``Box``).
+    Keyword overrides set task config fields, as in ``make_env``; ``seed`` seeds the env's generator
+    (``reset(seed=...)`` re-seeds it). ``gymnasium.vector.SyncVectorEnv([lambda: make_gym_env(...)])`` works.
+    """
+    from embodied.core.adapters import SingleEnv
+
+    return SingleEnv(make_env(task, num_envs=1, device=device, seed=seed, **task_overrides), obs=obs)
 
 
 def to_sb3(env):
@@ -48,4 +68,4 @@ def load_policy(run_dir, device: str = "cpu"):
     return _load(run_dir, device=device)
 
 
-__all__ = ["make_env", "to_gymnasium", "to_sb3", "load_policy", "__version__"]
+__all__ = ["make_env", "make_gym_env", "to_gymnasium", "to_sb3", "load_policy", "__version__"]

@@ -1,8 +1,9 @@
 """Thin, exact adapters from the batched torch ``VecEnv`` (DESIGN.md, "Contracts") to the numpy APIs of
 other libraries.
 
-- ``GymnasiumVectorEnv``: a ``gymnasium.vector.VectorEnv`` (gymnasium 1.x) over every observation group,
-  with gymnasium's same-step autoreset conventions for ``final_obs`` / ``final_info``.
+- ``GymnasiumVectorEnv``: a ``gymnasium.vector.VectorEnv`` (gymnasium 1.x) over every observation group
+  (or the ``"policy"`` group alone, a flat ``Box``), with gymnasium's same-step autoreset conventions for
+  ``final_obs`` / ``final_info``, or its next-step autoreset (``SyncVectorEnv``'s default).
 - ``SingleEnv``: a ``gymnasium.Env`` over a ``num_envs=1`` VecEnv; an episode end is shown, not
   auto-reset, and the next ``reset()`` starts a new episode.
 - ``SB3VecEnv``: a Stable-Baselines3 ``VecEnv`` over the ``"policy"`` group. SB3 is an optional extra
@@ -69,45 +70,154 @@ def _check_no_options(options: Mapping | None) -> None:
 
 
 # ---- gymnasium ----------------------------------------------------------------------------------
-class GymnasiumVectorEnv(gym.vector.VectorEnv):
-    """``gymnasium.vector.VectorEnv`` over a ``VecEnv``: observations are the whole dict of groups.
+OBS_MODES = ("dict", "policy")
+AUTORESET_MODES = {"same_step": AutoresetMode.SAME_STEP, "next_step": AutoresetMode.NEXT_STEP}
 
-    Same-step autoreset (gymnasium 1.x ``AutoresetMode.SAME_STEP``): the observation of a finished env
-    is the first of its next episode; when any env finished, ``infos`` hold ``"final_obs"`` (object
-    array ``[N]``, the finished env's observation dict, ``None`` elsewhere) with mask ``"_final_obs"``,
-    and ``"final_info"`` (per-env episode outcomes, each key with its own ``"_key"`` mask) with mask
-    ``"_final_info"``. ``infos["log"]`` is the env's batch-averaged log as Python floats.
+
+def _check_obs_mode(env: VecEnv, obs: str) -> str:
+    if obs not in OBS_MODES:
+        raise ValueError(f"obs must be one of {OBS_MODES}, got {obs!r}")
+    if obs == POLICY and POLICY not in env.single_observation_space.spaces:
+        raise ValueError(f"the env has no {POLICY!r} observation group")
+    return obs
+
+
+def _check_autoreset_mode(autoreset: str | AutoresetMode) -> AutoresetMode:
+    if isinstance(autoreset, AutoresetMode) and autoreset in AUTORESET_MODES.values():
+        return autoreset
+    if isinstance(autoreset, str) and autoreset in AUTORESET_MODES:
+        return AUTORESET_MODES[autoreset]
+    raise ValueError(
+        f"autoreset must be one of {tuple(AUTORESET_MODES)} (or the AutoresetMode members), got {autoreset!r}; "
+        "embodied envs always reset a finished episode, so AutoresetMode.DISABLED is not offered"
+    )
+
+
+def _observation_space(env: VecEnv, obs: str) -> gym.spaces.Space:
+    return env.single_observation_space[POLICY] if obs == POLICY else env.single_observation_space
+
+
+class GymnasiumVectorEnv(gym.vector.VectorEnv):
+    """``gymnasium.vector.VectorEnv`` (gymnasium 1.x) over a ``VecEnv``; numpy in, numpy out.
+
+    ``obs="dict"`` (default): observations are the dict of all groups (``Dict`` spaces).
+    ``obs="policy"``: only the ``"policy"`` group, a flat ``Box`` ``[N, obs_dim]`` (``single_observation_space``
+    and ``observation_space`` are Boxes), which gymnasium's observation wrappers and CleanRL-style scripts take.
+
+    ``autoreset="same_step"`` (default, ``AutoresetMode.SAME_STEP``): the observation of a finished env is the
+    first of its next episode; when any env finished, ``infos`` hold ``"final_obs"`` (object array ``[N]``, the
+    finished env's observation, ``None`` elsewhere) with mask ``"_final_obs"``, and ``"final_info"`` (per-env
+    episode outcomes, each key with its own ``"_key"`` mask) with mask ``"_final_info"``.
+
+    ``autoreset="next_step"`` (``AutoresetMode.NEXT_STEP``, gymnasium's default, what ``SyncVectorEnv`` does):
+
+    - the step that ends an episode returns that episode's last observation, its reward and
+      ``terminated``/``truncated``; the episode outcomes (e.g. ``"success"``) are top-level ``infos`` keys,
+      each ``[N]`` (zero where the env did not finish) with its ``"_key"`` mask;
+    - the next ``step`` returns, for that env, the first observation of a new episode with reward ``0`` and
+      ``terminated = truncated = False``, and its action is ignored (the new episode starts from that
+      observation; ``max_episode_steps`` further steps reach the time limit);
+    - ``infos`` never hold ``"final_obs"`` / ``"final_info"``.
+
+    How next-step autoreset is made exact on a batched env that always steps every env: when every env is due
+    to reset (e.g. all episodes end together by time limit, or ``num_envs=1``), the inner env is not stepped at
+    all: ``reset()`` without a seed (its generator stream goes on) gives the new episodes, exactly what
+    ``SyncVectorEnv`` does (with ``num_envs=1`` the results equal, bit for bit, a ``SyncVectorEnv`` over
+    ``SingleEnv``). When only some envs are due, the inner env steps the batch with a fixed in-bounds action
+    (zero, clipped into the action box) for the envs due to reset, whatever the caller passed, and then
+    re-samples their initial state exactly as the inner env's own autoreset does (``episode_length = 0``,
+    ``_reset_idx``, fresh observation for those envs only); so their discarded step cannot be seen in their
+    observations, rewards, flags or episode lengths, and the caller's action for them has no effect at all.
+    What the discarded step can still touch is what the batch shares: ``infos["log"]`` (the inner env's batch
+    means include it), ``num_nan_resets``, step counters such as a curriculum's, and the draws taken from the
+    shared generator (so, with ``num_envs > 1``, the random stream differs from that of ``num_envs``
+    independently seeded single envs, as it does in every mode). This needs the per-env reset hooks of
+    ``ManagedVecEnv`` (every registered task has them).
+
+    ``infos["log"]`` is the inner env's batch-averaged log as Python floats (empty on a step where the inner
+    env was not stepped). ``reset(seed=int)`` seeds the one generator of the whole batch.
     """
 
-    def __init__(self, env: VecEnv):
+    def __init__(self, env: VecEnv, autoreset: str | AutoresetMode = "same_step", obs: str = "dict"):
         self.env = env
+        self.obs_mode = _check_obs_mode(env, obs)
+        self.autoreset_mode = _check_autoreset_mode(autoreset)
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            missing = [a for a in ("_reset_idx", "_observe", "episode_length") if not hasattr(env, a)]
+            if missing:
+                raise ValueError(
+                    f"autoreset='next_step' re-samples single envs and needs the per-env reset hooks of "
+                    f"ManagedVecEnv; {type(env).__name__} lacks {missing}"
+                )
         self.num_envs = env.num_envs
-        self.single_observation_space = env.single_observation_space
+        self.single_observation_space = _observation_space(env, obs)
         self.single_action_space = env.single_action_space
-        self.observation_space = batch_space(env.single_observation_space, env.num_envs)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
         self.action_space = batch_space(env.single_action_space, env.num_envs)
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+        self.metadata = {"autoreset_mode": self.autoreset_mode, "render_modes": []}
+        space = env.single_action_space
+        self._null_action = np.clip(np.zeros(space.shape, dtype=np.float32), space.low, space.high).astype(np.float32)
+        self._autoreset = np.zeros(env.num_envs, dtype=np.bool_)  # next_step: envs whose next step is a reset
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         seed = _check_seed(seed)
         _check_no_options(options)
         super().reset(seed=seed)
         obs, info = self.env.reset(seed=seed)
-        return _obs_to_numpy(obs), _tree_to_numpy(info)
+        self._autoreset[:] = False
+        return self._obs(obs), _tree_to_numpy(info)
 
     def step(self, actions):
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            return self._step_next(actions)
         obs, reward, terminated, truncated, info = self.env.step(_action_to_torch(self.env, actions))
         terminated, truncated = _to_numpy(terminated), _to_numpy(truncated)
         done = terminated | truncated
         infos: dict[str, Any] = {"log": _tree_to_numpy(info.get("log", {}))}
         if done.any():
-            final = _obs_to_numpy(info["final_obs"])
+            final = self._obs(info["final_obs"])
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i in np.flatnonzero(done):
-                final_obs[i] = {k: v[i] for k, v in final.items()}
+                final_obs[i] = final[i] if self.obs_mode == POLICY else {k: v[i] for k, v in final.items()}
             infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
             infos["final_info"], infos["_final_info"] = self._final_info(info, done), done.copy()
-        return _obs_to_numpy(obs), _to_numpy(reward), terminated, truncated, infos
+        return self._obs(obs), _to_numpy(reward), terminated, truncated, infos
+
+    def _step_next(self, actions):
+        env, n, due = self.env, self.num_envs, self._autoreset
+        actions = np.array(actions, dtype=np.float32)  # a copy: the rows of envs due to reset are replaced
+        if actions.shape != (n, *self.single_action_space.shape):
+            raise ValueError(f"actions shape {actions.shape} != expected {(n, *self.single_action_space.shape)}")
+        if due.all():  # every env starts a new episode; nothing is stepped
+            obs, _ = env.reset()
+            reward = np.zeros(n, dtype=np.float32)
+            terminated, truncated = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
+            self._autoreset = np.zeros(n, dtype=np.bool_)
+            return self._obs(obs), reward, terminated, truncated, {"log": {}}
+        actions[due] = self._null_action
+        obs, reward, terminated, truncated, info = env.step(_action_to_torch(env, actions))
+        reward, terminated, truncated = _to_numpy(reward), _to_numpy(terminated), _to_numpy(truncated)
+        if due.any():  # discard the step of the envs due to reset: a fresh episode, as the inner autoreset does
+            mask = torch.as_tensor(due, device=env.device)
+            ids = mask.nonzero().squeeze(-1)
+            env.episode_length[ids] = 0
+            env._reset_idx(ids)
+            fresh = env._observe()
+            obs = {k: torch.where(mask.view(-1, *[1] * (v.dim() - 1)), fresh[k], v) for k, v in obs.items()}
+            reward[due], terminated[due], truncated[due] = 0.0, False, False
+        done = terminated | truncated
+        infos: dict[str, Any] = {"log": _tree_to_numpy(info.get("log", {}))}
+        if done.any():  # show the finished episodes' last observation; their reset comes on the next step
+            mask = torch.as_tensor(done, device=env.device)
+            obs = {
+                k: torch.where(mask.view(-1, *[1] * (v.dim() - 1)), info["final_obs"][k], v) for k, v in obs.items()
+            }
+            infos.update(self._final_info(info, done))
+        self._autoreset = done
+        return self._obs(obs), reward, terminated, truncated, infos
+
+    def _obs(self, obs: Mapping[str, torch.Tensor]):
+        return _to_numpy(obs[POLICY]) if self.obs_mode == POLICY else _obs_to_numpy(obs)
 
     @staticmethod
     def _final_info(info: Mapping, done: np.ndarray) -> dict[str, np.ndarray]:
@@ -124,20 +234,25 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
 
 
 class SingleEnv(gym.Env):
-    """``gymnasium.Env`` over a ``num_envs=1`` VecEnv: observation = dict of groups without batch dim.
+    """``gymnasium.Env`` over a ``num_envs=1`` VecEnv (``embodied.make_gym_env`` builds one from a task).
+
+    ``obs="dict"`` (default): the observation is the dict of groups without batch dim; ``obs="policy"``: the
+    ``"policy"`` group alone, a flat ``Box``.
 
     The inner env resets a finished episode inside the same step; this adapter hides that: the step
     that ends an episode returns its last observation (the inner ``info["final_obs"]``) and the per-env
     episode outcomes (e.g. ``"success"``) in ``info``, and ``step`` refuses to continue until ``reset()``.
+    ``reset(seed=None)`` continues the env's random stream; an int re-seeds it.
     """
 
     metadata = {"render_modes": []}
 
-    def __init__(self, env: VecEnv):
+    def __init__(self, env: VecEnv, obs: str = "dict"):
         if env.num_envs != 1:
             raise ValueError(f"SingleEnv needs a VecEnv with num_envs=1, got num_envs={env.num_envs}")
         self.env = env
-        self.observation_space = env.single_observation_space
+        self.obs_mode = _check_obs_mode(env, obs)
+        self.observation_space = _observation_space(env, obs)
         self.action_space = env.single_action_space
         self._needs_reset = True
 
@@ -147,7 +262,7 @@ class SingleEnv(gym.Env):
         super().reset(seed=seed)
         obs, info = self.env.reset(seed=seed)
         self._needs_reset = False
-        return _unbatch(obs), _tree_to_numpy(info)
+        return self._unbatch(obs), _tree_to_numpy(info)
 
     def step(self, action):
         if self._needs_reset:
@@ -160,14 +275,15 @@ class SingleEnv(gym.Env):
             obs = info["final_obs"]  # the inner env already began its next episode; show this one's end
             out.update({k: v[0].item() for k, v in info.get("final_info", {}).items()})
             self._needs_reset = True
-        return _unbatch(obs), float(reward[0]), term, trunc, out
+        return self._unbatch(obs), float(reward[0]), term, trunc, out
+
+    def _unbatch(self, obs: Mapping[str, torch.Tensor]):
+        if self.obs_mode == POLICY:
+            return _to_numpy(obs[POLICY][0])
+        return {k: _to_numpy(v[0]) for k, v in obs.items()}
 
     def close(self) -> None:
         self.env.close()
-
-
-def _unbatch(obs: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return {k: _to_numpy(v[0]) for k, v in obs.items()}
 
 
 # ---- Stable-Baselines3 --------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import embodied
 import embodied.tasks  # noqa: F401  (registers tasks)
 from embodied.core import adapters
 from embodied.core.adapters import GymnasiumVectorEnv, SingleEnv
+from embodied.core.base import VecEnv
 from embodied.core.errors import UserError
 from embodied.core.registry import TASKS
 
@@ -177,6 +178,84 @@ def test_gymnasium_reset_rejects_per_env_seeds_and_options():
         env.reset(seed=[1, 2])
     with pytest.raises(ValueError, match="options"):
         env.reset(options={"x": 1})
+
+
+def test_gymnasium_policy_obs_is_a_flat_box_with_same_step_final_obs():
+    n = 3
+    raw = embodied.make_env("quadrotor-hover", num_envs=n, seed=2)
+    env = embodied.to_gymnasium(embodied.make_env("quadrotor-hover", num_envs=n, seed=2), obs="policy")
+    policy_space = raw.single_observation_space["policy"]
+    assert env.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    assert env.single_observation_space == policy_space
+    assert env.observation_space == gym.vector.utils.batch_space(policy_space, n)
+    obs, _ = env.reset(seed=0)
+    raw_obs, _ = raw.reset(seed=0)
+    np.testing.assert_array_equal(obs, _np(raw_obs["policy"]))
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        action = rng.uniform(-1, 1, size=(n, 4)).astype(np.float32)
+        obs, reward, terminated, truncated, infos = env.step(action)
+        raw_obs, raw_reward, _, _, raw_info = raw.step(torch.as_tensor(action))
+        assert isinstance(obs, np.ndarray) and obs.shape == (n, *policy_space.shape)
+        np.testing.assert_array_equal(obs, _np(raw_obs["policy"]))
+        done = terminated | truncated
+        if done.any():
+            for i in range(n):
+                if done[i]:
+                    assert isinstance(infos["final_obs"][i], np.ndarray)
+                    np.testing.assert_array_equal(infos["final_obs"][i], _np(raw_info["final_obs"]["policy"][i]))
+                else:
+                    assert infos["final_obs"][i] is None
+            return
+    pytest.fail("no quadrotor episode ended in 200 random steps")
+
+
+def test_to_gymnasium_modes_are_checked():
+    inner = embodied.make_env("target", num_envs=2)
+    env = embodied.to_gymnasium(inner, autoreset=gym.vector.AutoresetMode.NEXT_STEP)  # the enum is taken too
+    assert env.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    with pytest.raises(ValueError, match="autoreset"):
+        embodied.to_gymnasium(inner, autoreset="next")
+    with pytest.raises(ValueError, match="DISABLED"):
+        embodied.to_gymnasium(inner, autoreset=gym.vector.AutoresetMode.DISABLED)
+    with pytest.raises(ValueError, match="obs"):
+        embodied.to_gymnasium(inner, obs="critic")
+    with pytest.raises(ValueError, match="obs"):
+        SingleEnv(embodied.make_env("target", num_envs=1), obs="flat")
+
+
+def test_next_step_needs_per_env_reset_hooks():
+    class Minimal(VecEnv):  # the bare VecEnv contract: no per-env reset
+        num_envs, device, max_episode_steps = 2, torch.device("cpu"), 5
+        single_observation_space = gym.spaces.Dict({"policy": gym.spaces.Box(-1, 1, (1,), np.float32)})
+        single_action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+        def reset(self, seed=None):
+            return {"policy": torch.zeros(2, 1)}, {}
+
+        def step(self, action):
+            raise NotImplementedError
+
+    assert embodied.to_gymnasium(Minimal()).metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP
+    with pytest.raises(ValueError, match="ManagedVecEnv"):
+        embodied.to_gymnasium(Minimal(), autoreset="next_step")
+
+
+def test_next_step_checks_the_action_shape():
+    env = embodied.to_gymnasium(embodied.make_env("target", num_envs=2), autoreset="next_step")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="shape"):
+        env.step(np.zeros((3, 2), dtype=np.float32))
+
+
+def test_single_env_policy_obs():
+    env = SingleEnv(embodied.make_env("pendulum", num_envs=1, seed=0, episode_steps=2), obs="policy")
+    assert isinstance(env.observation_space, gym.spaces.Box) and env.observation_space.shape == (3,)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (3,) and obs in env.observation_space
+    obs, _, _, truncated, _ = env.step(np.zeros(1, dtype=np.float32))
+    obs, _, _, truncated, _ = env.step(np.zeros(1, dtype=np.float32))
+    assert truncated and obs.shape == (3,)
 
 
 # ---- SB3VecEnv ------------------------------------------------------------------------------------
