@@ -33,18 +33,22 @@ def _rollout(collector, actions):
     return out
 
 
-def test_async_equals_sync_for_fixed_actions():
-    make = _factory(episode_steps=7)  # 20 steps cross two episode ends
-    actions = _fixed_actions(20, 4)
+def assert_same_rollouts_as_sync(engine_cls, steps: int):
+    """``engine_cls`` with one worker gives the sync engine's transitions and episodes, bit for bit;
+    returns the (open) collector for further checks."""
+    make = _factory(episode_steps=7)  # crosses an episode end every 7 steps
+    actions = _fixed_actions(steps, 4)
     sync = SyncCollector(make, 4, seed=3, learner_device="cpu")
-    asyn = AsyncCollector(make, 4, seed=3, learner_device="cpu", runtime=RuntimeConfig(num_workers=1))
-    try:
-        for a, b in zip(_rollout(sync, actions), _rollout(asyn, actions)):
-            for x, y in zip(a, b):
-                torch.testing.assert_close(x, y, rtol=0, atol=0)
-        assert sync.pop_episodes() == asyn.pop_episodes()
-    finally:
-        asyn.close()
+    other = engine_cls(make, 4, seed=3, learner_device="cpu", runtime=RuntimeConfig(num_workers=1))
+    for a, b in zip(_rollout(sync, actions), _rollout(other, actions)):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert sync.pop_episodes() == other.pop_episodes()
+    return other
+
+
+def test_async_equals_sync_for_fixed_actions():
+    assert_same_rollouts_as_sync(AsyncCollector, 20).close()
 
 
 def test_killed_worker_is_restarted_and_its_episodes_truncated():

@@ -28,3 +28,13 @@ def test_sb3_ppo_trains_on_halfcheetah():
     assert model.num_timesteps >= 2048
     action, _ = model.predict(venv.reset(), deterministic=True)
     assert action.shape == (4, 6) and np.isfinite(action).all()
+
+
+@pytest.mark.parametrize("task", list(TASKS_V5))
+def test_task_config_pickles_for_worker_processes(task):
+    import pickle
+
+    from embodied.config import load_config
+
+    cfg = load_config(task).env
+    assert pickle.loads(pickle.dumps(cfg)) == cfg

@@ -273,6 +273,7 @@ for _name, (_cls, _gym_id, _defaults) in TASKS_V5.items():
     _cls.task_name = _name
     _cfg_cls = _config(**_defaults)
     _cfg_cls.__name__ = _cfg_cls.__qualname__ = f"{_cls.__name__[:-3]}Config"
+    _cfg_cls.__module__ = __name__
     globals()[_cfg_cls.__name__] = _cfg_cls  # importable by name (pickled into worker processes)
     register_task(TaskSpec(name=_name, make=_cls, config_cls=_cfg_cls,
                            description=f"MuJoCo {_gym_id} (observations, rewards, terminations of gymnasium v5)",
