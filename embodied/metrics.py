@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 
 def _scalar(v) -> float:
@@ -101,7 +102,9 @@ def plot_learning_curve(run_dir: Path) -> Path | None:
         ax2.set_ylabel("eval success [%]")
         ax2.set_ylim(-5, 105)
     ax.legend(loc="upper left")
-    ax.set_title(Path(run_dir).parent.name)
+    config = Path(run_dir) / "config.yaml"  # the task's name, also for a run outside runs/<task>/
+    task = yaml.safe_load(config.read_text()).get("task") if config.exists() else Path(run_dir).parent.name
+    ax.set_title(f"{task} ({Path(run_dir).name})")
     fig.tight_layout()
     out = Path(run_dir) / "learning_curve.png"
     fig.savefig(out, dpi=100)

@@ -9,7 +9,9 @@ buffers, and answers with the env log and the outcome of finished episodes.
 Double buffering: after handing the runner the transition of step t, the collector acts on its
 observation with the current policy and launches step t+1, which simulates during the learner's update.
 That action came from a policy one update older than the one that observes it: the lag (updates between
-acting and observing) is measured per transition and logged as ``runtime/policy_lag``; it is at most 1.
+acting and observing) is measured per transition and logged as ``runtime/policy_lag`` (this step),
+``runtime/policy_lag_mean`` and ``runtime/policy_lag_max`` (over the run). For an on-policy runner it is 1
+for the first step of each rollout and 0 for the rest; an off-policy runner's is its critic steps per env step.
 
 A worker that dies is restarted: its envs are rebuilt with seed ``(seed, worker, restart)``, their
 in-flight episodes end as truncated (with the last observation as final observation), and
@@ -105,6 +107,7 @@ class AsyncCollector(Collector):
         self.stats = EpisodeStats(num_envs, "cpu")
         self.finished: list[dict[str, float]] = []
         self.log: dict[str, float] = {}
+        self._lag_sum, self._lag_count, self._lag_max = 0, 0, 0
         self._pending: tuple | None = None  # (obs, action, extras, version acted with) of the launched step
 
     # ---- workers --------------------------------------------------------------------------------
@@ -207,7 +210,12 @@ class AsyncCollector(Collector):
         self._obs = {k: v.clone() for k, v in b["obs"].items()}
         self.log = {k: sum(lg[k] for lg in logs) / len(logs) for k in (logs[0] if logs else {})}
         self.log["runtime/worker_restarts"] = float(sum(self.restarts))
-        self.log["runtime/policy_lag"] = float(version - acted_version)
+        lag = version - acted_version
+        self._lag_sum, self._lag_count = self._lag_sum + lag, self._lag_count + 1
+        self._lag_max = max(self._lag_max, lag)
+        self.log["runtime/policy_lag"] = float(lag)  # of this step
+        self.log["runtime/policy_lag_mean"] = self._lag_sum / self._lag_count  # over the run
+        self.log["runtime/policy_lag_max"] = float(self._lag_max)
         episodes = self.stats.track(reward, terminated | truncated, final_info)
         if episodes is not None:
             self.finished.extend(episodes.as_dicts())

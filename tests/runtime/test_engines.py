@@ -80,6 +80,7 @@ def test_async_engine_trains_on_and_off_policy(tmp_path):
         lags = [row for row in map(eval_json, (run_dir / "metrics.jsonl").read_text().splitlines())
                 if "env/runtime/policy_lag" in row]
         assert lags and all(0.0 <= r["env/runtime/policy_lag"] <= (1.0 if algo == "ppo" else 64.0) for r in lags)
+        assert lags[-1]["env/runtime/policy_lag_max"] >= 1.0 and lags[-1]["env/runtime/policy_lag_mean"] > 0.0
 
 
 def eval_json(line: str) -> dict:
