@@ -82,7 +82,14 @@ def _cmd_tasks(_args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args, extra = parser.parse_known_args(argv)
+        # overrides may stand anywhere among the options (argparse takes one positional run only)
+        stray = [a for a in extra if a.startswith("-") or "=" not in a or args.command != "train"]
+        if stray:
+            parser.error(f"unrecognized arguments: {' '.join(stray)}")
+        if extra:
+            args.overrides = [*args.overrides, *extra]
         return {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks}[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -81,3 +81,19 @@ def test_section_of_the_algorithm_a_config_extends_applies_first():
     assert cfg.algo_config.num_steps == 10 and cfg.algo_config.rho_bar == 0.5  # ppo: section of target.yaml
     cfg = load_config("target", overrides=["algo=appo", "ppo.num_steps=7", "appo.num_steps=9"])
     assert cfg.algo_config.num_steps == 9
+
+
+def test_cli_overrides_may_follow_options(tmp_path):
+    from embodied.cli import main
+
+    run_dir = tmp_path / "r"
+    code = main(["train", "--task", "target", "seed=1", "--preset", "debug", "--run-dir", str(run_dir),
+                 "total_steps=64", "log.progress=false", "log.tensorboard=false"])
+    assert code == 0
+    import yaml
+
+    from embodied.config import config_from_dict
+
+    cfg = config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    assert cfg.seed == 1 and cfg.total_steps == 64
+    assert main(["train", "--task", "target", "--run-dir", str(tmp_path / "x"), "bogus"]) == 2
