@@ -54,6 +54,14 @@ def _outcomes(infos: dict) -> dict:
     return {k: v for k, v in infos.items() if k not in ("log", "_log", "episode", "_episode")}
 
 
+def _assert_same_step(a: tuple, b: tuple) -> None:
+    """Two ``step`` results agree bit for bit: observations, rewards, flags and episode outcomes."""
+    _assert_same(a[0], b[0])
+    for x, y in zip(a[1:4], b[1:4]):
+        np.testing.assert_array_equal(x, y)
+    _assert_same(_outcomes(a[4]), _outcomes(b[4]))  # e.g. "success" / "_success" on a crash
+
+
 # ---- (a) next-step autoreset --------------------------------------------------------------------
 @pytest.mark.parametrize(("task", "obs"), [("target", "dict"), ("pendulum", "policy"), ("quadrotor-hover", "dict")])
 def test_next_step_equals_sync_vector_env_over_single_env(task, obs):
@@ -70,13 +78,9 @@ def test_next_step_equals_sync_vector_env_over_single_env(task, obs):
     previous_done = False
     for _ in range(60 if task == "quadrotor-hover" else 25):
         action = rng.uniform(-1, 1, size=ours.action_space.shape).astype(np.float32)
-        r_obs, r_rew, r_term, r_trunc, r_info = ref.step(action)
-        obs_, rew, term, trunc, info = ours.step(action)
-        _assert_same(obs_, r_obs)
-        np.testing.assert_array_equal(rew, r_rew)
-        np.testing.assert_array_equal(term, r_term)
-        np.testing.assert_array_equal(trunc, r_trunc)
-        _assert_same(_outcomes(info), _outcomes(r_info))  # e.g. "success" / "_success" on a crash
+        expected = ref.step(action)
+        _, rew, term, trunc, _ = got = ours.step(action)
+        _assert_same_step(got, expected)
         if previous_done:
             autoresets += 1
             assert rew[0] == 0.0 and not term[0] and not trunc[0]
@@ -143,13 +147,9 @@ def test_next_step_partial_autoreset_ignores_the_action_and_restarts_the_episode
         action = rng.uniform(-1, 1, size=(n, 4)).astype(np.float32)
         other = action.copy()
         other[due] = junk.choice([-1.0, 1.0], size=(int(due.sum()), 4))  # wildly different, for due envs only
-        obs, rew, term, trunc, info = a.step(action)
-        obs_b, rew_b, term_b, trunc_b, info_b = b.step(other)
-        _assert_same(obs_b, obs)
-        np.testing.assert_array_equal(rew_b, rew)
-        np.testing.assert_array_equal(term_b, term)
-        np.testing.assert_array_equal(trunc_b, trunc)
-        _assert_same(_outcomes(info_b), _outcomes(info))
+        obs, rew, term, trunc, info = step_a = a.step(action)
+        info_b = (step_b := b.step(other))[4]
+        _assert_same_step(step_b, step_a)
         assert info_b["log"] == info["log"]  # not even the batch means see the action of a due env
         if due.any():
             assert np.all(rew[due] == 0.0) and not term[due].any() and not trunc[due].any()
