@@ -111,10 +111,13 @@ class AsyncCollector(Collector):
         self._pending: tuple | None = None  # (obs, action, extras, version acted with) of the launched step
 
     # ---- workers --------------------------------------------------------------------------------
-    def _worker_seed(self, w: int) -> int:
-        """One worker with no restart seeds like the sync engine (same rollouts); else (seed, worker, restart)."""
-        first = w == 0 and self.restarts[w] == 0 and len(self._procs) == 1
-        return self.seed if first else worker_seed(self.seed, w, self.restarts[w])
+    def _worker_seed(self, w: int, base: int | None = None) -> int | None:
+        """Seed of worker ``w``'s envs from ``base`` (default: the run seed): one worker with no restart seeds
+        like the sync engine (same rollouts), else ``(base, worker, restart)``; None stays None."""
+        base = self.seed if base is None else base
+        if len(self._procs) == 1 and self.restarts[w] == 0:
+            return base
+        return worker_seed(base, w, self.restarts[w])
 
     def _start(self, w: int) -> None:
         ctx = mp.get_context("spawn")
@@ -157,7 +160,7 @@ class AsyncCollector(Collector):
         self._kill(w)
         self.restarts[w] += 1
         self._start(w)
-        self._send(w, "reset", worker_seed(self.seed, w, self.restarts[w]))
+        self._send(w, "reset", self._worker_seed(w))
         self._expect(w)
 
     def _slice(self, w: int) -> slice:
@@ -171,7 +174,7 @@ class AsyncCollector(Collector):
     def reset(self, seed: int | None) -> None:
         self._pending = None
         for w in range(len(self._procs)):
-            self._send(w, "reset", seed if len(self._procs) == 1 or seed is None else worker_seed(seed, w, 0))
+            self._send(w, "reset", None if seed is None else self._worker_seed(w, seed))
         for w in range(len(self._procs)):
             self._expect(w)
         self._obs = {k: v.clone() for k, v in self.buffers["obs"].items()}

@@ -10,6 +10,7 @@ and are not clipped, as in gymnasium (MuJoCo clamps the applied control; the cos
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -246,8 +247,6 @@ def _config(**defaults):
     for name, value in defaults.items():
         default = field(default_factory=lambda v=value: list(v)) if isinstance(value, list) else value
         fields.append((name, type(value) if not isinstance(value, list) else list[float], default))
-    import dataclasses
-
     return dataclasses.make_dataclass("Config", fields, bases=(LocomotionConfig,))
 
 
