@@ -21,7 +21,7 @@ def make_eval_env(cfg, num_envs: int, device=None) -> VecEnv:
     frozen curriculum), ``num_envs`` episodes at a time, on the run's sim device unless given."""
     spec = TASKS.get(cfg.task)
     env_cfg = spec.eval_config(cfg.env) if spec.eval_config else cfg.env
-    return spec.make(env_cfg, num_envs=num_envs, device=device or cfg.sim_device, seed=cfg.seed + 1)
+    return TaskEnvFactory(cfg.task, env_cfg, device or cfg.sim_device)(num_envs, cfg.seed + 1)
 
 
 class TaskEnvFactory:
