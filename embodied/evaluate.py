@@ -46,7 +46,8 @@ def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "
     """Run the first episode of every env of ``env`` with deterministic ``act(obs_policy)``.
 
     Returns ``eval/return``, ``eval/length`` and, where the task reports it, ``eval/success``
-    (fraction of episodes that succeeded)."""
+    (fraction of episodes that succeeded), means over the episodes, and ``eval/return_std`` (their
+    spread: the noise of an evaluation is ``return_std / sqrt(num_envs)``)."""
     n = env.num_envs
     obs, _ = env.reset(seed=seed)
     stats = EpisodeStats(n, env.device)
@@ -65,4 +66,6 @@ def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "
         done[ids] = True
         if bool(done.all()):
             break
-    return {f"eval/{k}": v.mean().item() for k, v in first.items()}
+    out = {f"eval/{k}": v.mean().item() for k, v in first.items()}
+    out["eval/return_std"] = first["return"].std(unbiased=False).item()
+    return out

@@ -36,8 +36,11 @@ class PPOConfig:
     init_log_std: float = -0.5
     normalize_advantages: bool = True
     # divide rewards by the running std of the discounted return (gymnasium's NormalizeReward, which
-    # CleanRL's MuJoCo PPO uses): keeps value targets O(1) whatever the task's reward scale
-    normalize_rewards: bool = False
+    # CleanRL's MuJoCo PPO uses): keeps value targets O(1) whatever the task's reward scale. On by
+    # default: with returns of O(100) (pendulum) Adam's bounded per-parameter step leaves the critic
+    # behind each shift of the state distribution, advantages become critic error and a learned
+    # policy collapses (docs/architecture.md, "PPO and the scale of the value targets")
+    normalize_rewards: bool = True
 
 
 class RolloutStorage:
