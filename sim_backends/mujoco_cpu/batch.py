@@ -76,6 +76,7 @@ class MujocoBatch(SimBackend):
             self._data = mujoco.MjData(self.model)
             self._cfrc_ext = np.zeros((self.num_envs, self.model.nbody, 6))
         self.batch.reset()
+        self._renderer = None  # made on the first render_frame
 
     # ---- views ----------------------------------------------------------------------------------
     def bind(self, name: str) -> np.ndarray:
@@ -144,6 +145,21 @@ class MujocoBatch(SimBackend):
         self.batch.forward()
         if self.post_constraint:
             self._cfrc_ext[...] = state["cfrc_ext"].numpy()
+
+    @property
+    def can_render(self) -> bool:
+        """Whether this machine can make an offscreen OpenGL context (tried once per process)."""
+        from embodied.sim_backends.mujoco_cpu.render import gl_error
+
+        return gl_error() is None
+
+    def render_frame(self, env_idx: int = 0) -> np.ndarray:
+        """RGB ``uint8 [H, W, 3]`` of world ``env_idx`` (the first call makes an offscreen GL context)."""
+        if self._renderer is None:
+            from embodied.sim_backends.mujoco_cpu.render import WorldRenderer
+
+            self._renderer = WorldRenderer(self.model)
+        return self._renderer.render(self.bind("qpos")[env_idx], self.bind("qvel")[env_idx])
 
     def finite(self) -> torch.Tensor:
         return torch.isfinite(self.qpos).all(1) & torch.isfinite(self.qvel).all(1)

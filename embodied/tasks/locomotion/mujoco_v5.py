@@ -146,6 +146,13 @@ class LocomotionEnv(ManagedVecEnv):
     def _state_finite(self) -> torch.Tensor:
         return self.sim.finite()
 
+    def render_frame(self, env_idx: int = 0) -> np.ndarray:
+        return self.sim.render_frame(env_idx)
+
+    @property
+    def can_render(self) -> bool:  # drawing needs an OpenGL platform (EGL, OSMesa or a display)
+        return self.sim.can_render
+
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "sim": self.sim.get_state(), "position": self._pos.clone()}
         if self.cfg.domain_randomization.enabled:
