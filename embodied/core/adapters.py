@@ -29,6 +29,7 @@ from gymnasium.vector.utils import batch_space
 
 from embodied.core.base import VecEnv
 from embodied.core.errors import UserError
+from embodied.runtime.base import EpisodeStats
 
 POLICY = "policy"  # the actor observation group (DESIGN.md: always present)
 SUCCESS = "success"  # key of info["final_info"] that says an episode succeeded
@@ -315,8 +316,7 @@ def _sb3_vec_env_class() -> type:
             self.env = env  # before super().__init__, which calls get_attr("render_mode")
             super().__init__(env.num_envs, env.single_observation_space[POLICY], env.single_action_space)
             self._actions: np.ndarray | None = None
-            self._returns = np.zeros(env.num_envs, dtype=np.float64)
-            self._lengths = np.zeros(env.num_envs, dtype=np.int64)
+            self._stats = EpisodeStats(env.num_envs, env.device)
             self._t_start = time.time()
 
         def reset(self) -> np.ndarray:
@@ -327,8 +327,7 @@ def _sb3_vec_env_class() -> type:
             self._reset_seeds()
             self._reset_options()
             self.reset_infos = [{} for _ in range(self.num_envs)]
-            self._returns[:] = 0.0
-            self._lengths[:] = 0
+            self._stats.reset()
             return _to_numpy(obs[POLICY])
 
         def step_async(self, actions: np.ndarray) -> None:
@@ -337,23 +336,20 @@ def _sb3_vec_env_class() -> type:
         def step_wait(self):
             action = _action_to_torch(self.env, self._actions)
             obs, reward, terminated, truncated, info = self.env.step(action)
+            ended = self._stats.track(reward, terminated | truncated, info.get("final_info"))
             reward, terminated, truncated = _to_numpy(reward), _to_numpy(terminated), _to_numpy(truncated)
             done = terminated | truncated
-            self._returns += reward
-            self._lengths += 1
             time_limit = truncated & ~terminated
             infos = [{"TimeLimit.truncated": bool(time_limit[i])} for i in range(self.num_envs)]
-            if done.any():
+            if ended is not None:
                 final = _to_numpy(info["final_obs"][POLICY])
-                outcome = {k: _to_numpy(v) for k, v in info.get("final_info", {}).items()}
                 t = round(time.time() - self._t_start, 6)
-                for i in np.flatnonzero(done):
+                for j, row in enumerate(ended.as_dicts()):
+                    i = int(ended.env_ids[j])
                     infos[i]["terminal_observation"] = final[i].copy()
-                    infos[i]["episode"] = {"r": float(self._returns[i]), "l": int(self._lengths[i]), "t": t}
-                    if SUCCESS in outcome:
-                        infos[i]["is_success"] = bool(outcome[SUCCESS][i])
-                self._returns[done] = 0.0
-                self._lengths[done] = 0
+                    infos[i]["episode"] = {"r": row["return"], "l": int(row["length"]), "t": t}
+                    if SUCCESS in row:
+                        infos[i]["is_success"] = bool(row[SUCCESS])
             return _to_numpy(obs[POLICY]), reward, done, infos
 
         def seed(self, seed: int | None = None):

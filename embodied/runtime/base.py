@@ -40,7 +40,7 @@ class EpisodeStats:
     """Running return and length of every env; ``track`` reports the episodes a step ended."""
 
     def __init__(self, num_envs: int, device: torch.device | str):
-        self.returns = torch.zeros(num_envs, device=device)
+        self.returns = torch.zeros(num_envs, dtype=torch.float64, device=device)  # 1000-step sums, as Monitor
         self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
 
     def reset(self) -> None:
