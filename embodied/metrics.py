@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,16 @@ import yaml
 
 def _scalar(v) -> float:
     return float(v.item()) if isinstance(v, torch.Tensor) else float(v)
+
+
+def _process_age() -> float:
+    """Seconds since this process started (Linux: /proc; elsewhere 0, i.e. from the logger's creation)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time after boot
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
 
 
 class MetricsLogger:
@@ -30,9 +41,11 @@ class MetricsLogger:
             self.writer = SummaryWriter(str(self.run_dir / "tb"))
         self._file = open(self.path, "a", buffering=1)  # line-buffered: a killed run keeps its lines
         self._last_print = 0.0
+        self._t0 = time.monotonic() - _process_age()  # time/wall_s on every row: seconds since the command started
 
     def log(self, step: int, metrics: dict) -> dict[str, float]:
         row = {k: _scalar(v) for k, v in metrics.items()}
+        row.setdefault("time/wall_s", time.monotonic() - self._t0)
         row = {k: v for k, v in row.items() if math.isfinite(v)}
         self._file.write(json.dumps({"step": step, **row}) + "\n")
         if self.writer is not None:
