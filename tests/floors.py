@@ -12,6 +12,7 @@ FLOORS: dict[str, float] = {
     "sac_target": 9.5,
     "td3_target": 9.5,
     "appo_target": 9.5,  # async engine, 2 workers
+    "fasttd3_target": 9.5,  # configs/fasttd3.yaml, 1600 env steps
     # pendulum swing-up, 200-step episodes (solved about -200, random about -1200 to -1500);
     # seed 0 reaches -214 at 57,344 env steps
     "ppo_pendulum": -400.0,

@@ -47,6 +47,10 @@ class Transition:
     truncated: torch.Tensor  # [N] bool
     next_obs: Obs
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # what ``act`` returned beside the action
+    # [N] bool, or None: envs whose ``obs`` does not follow the previous transition's ``next_obs`` (an
+    # engine dropped the step in between, e.g. the one in flight at a checkpoint); learners that link
+    # consecutive transitions (n-step rows) must not link across it
+    fresh: torch.Tensor | None = None
 
 
 def split_act(out) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -13,7 +13,7 @@ from torch import nn
 
 from embodied.algos.base import OFF_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
 from embodied.algos.optim import FusedAdam, clip_grad_norm_
-from embodied.algos.replay import ReplayBuffer
+from embodied.algos.replay import NStepReturns, ReplayBuffer
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.symmetry import SymmetryGroup
@@ -36,6 +36,7 @@ class OffPolicyConfig:
     max_grad_norm: float | None = 1.0
     weight_decay: float = 1e-4
     symmetry_augmentation: bool = False  # each replay row seen under a random element of the task's symmetry group
+    n_step: int = 1  # n-step returns in the critic target (FastTD3: 3); windows end at episode ends
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -73,6 +74,8 @@ class OffPolicyAlgorithm(Algorithm):
              *self._extra_param_groups()])
         capacity = min(cfg.buffer_size, total_steps) if total_steps else cfg.buffer_size
         self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
+        self._head_dims = (obs_dim, cdim, act_dim)
+        self.nstep = NStepReturns(cfg.n_step, cfg.gamma, num_envs, sum(self._head_dims), self.device)
         self.num_observed = 0  # env steps stored
         self.num_updates = 0  # critic gradient steps
         self._credit = 0.0  # fractional critic steps owed (updates_per_step * env steps)
@@ -130,8 +133,14 @@ class OffPolicyAlgorithm(Algorithm):
 
     def observe(self, tr: Transition) -> None:
         update_normalizer(self.pi, tr.obs["policy"])
-        self.buffer.add(obs=tr.obs["policy"], cobs=critic_obs(tr.obs), action=tr.action, reward=tr.reward,
-                        done=tr.terminated.float(), next_obs=tr.next_obs["policy"], next_cobs=critic_obs(tr.next_obs))
+        head, reward, discount, tail = self.nstep.push(
+            torch.cat([tr.obs["policy"], critic_obs(tr.obs), tr.action], 1), tr.reward, tr.terminated,
+            tr.truncated, torch.cat([tr.next_obs["policy"], critic_obs(tr.next_obs)], 1), tr.fresh)
+        if reward.shape[0]:
+            obs, cobs, action = head.split(self._head_dims, 1)
+            next_obs, next_cobs = tail.split(self._head_dims[:2], 1)
+            self.buffer.add(obs=obs, cobs=cobs, action=action, reward=reward, discount=discount,
+                            next_obs=next_obs, next_cobs=next_cobs)
         n = tr.reward.shape[0]
         self.num_observed += n
         if self.num_observed >= self.cfg.warmup_steps and self.buffer.size >= self.cfg.batch_size:
@@ -175,7 +184,7 @@ class OffPolicyAlgorithm(Algorithm):
             "pi": self.pi.state_dict(), "q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
             "opt": self.opt.state_dict(), "buffer": self.buffer.state_dict(),
             "generator": self.generator.get_state(), "num_observed": self.num_observed,
-            "num_updates": self.num_updates, "credit": self._credit,
+            "num_updates": self.num_updates, "credit": self._credit, "nstep": self.nstep.state_dict(),
         }
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -188,3 +197,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.num_observed = int(state["num_observed"])
         self.num_updates = int(state["num_updates"])
         self._credit = float(state["credit"])
+        if "nstep" in state:
+            self.nstep.load_state_dict(state["nstep"])
+        else:  # a checkpoint from before n-step rows stored `done`; the column now holds gamma (1 - done)
+            col = self.buffer.storage[: self.buffer.size, self.buffer.slices["discount"]]
+            col.copy_(self.cfg.gamma * (1.0 - col))

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 
 import torch
 
+from embodied.core.errors import UserError
+
 
 class ReplayBuffer:
     """Circular buffer of transitions in one ``[capacity, width]`` tensor, so that a sample is a
@@ -13,7 +15,8 @@ class ReplayBuffer:
 
     def __init__(self, capacity: int, obs_dim: int, cobs_dim: int, act_dim: int, device: torch.device):
         self.capacity, self.size, self.pos = int(capacity), 0, 0
-        widths = {"obs": obs_dim, "cobs": cobs_dim, "action": act_dim, "reward": 1, "done": 1,
+        # discount: the factor of the bootstrap value, gamma^m (1 - terminated) for an m-step row
+        widths = {"obs": obs_dim, "cobs": cobs_dim, "action": act_dim, "reward": 1, "discount": 1,
                   "next_obs": obs_dim, "next_cobs": cobs_dim}
         self.slices, start = {}, 0
         for k, w in widths.items():
@@ -47,7 +50,7 @@ class ReplayBuffer:
             rows = transform(rows)
         out = {k: rows[:, s] for k, s in self.slices.items()}
         out["reward"] = out["reward"].squeeze(1)
-        out["done"] = out["done"].squeeze(1)
+        out["discount"] = out["discount"].squeeze(1)
         return out
 
     def state_dict(self) -> dict:
@@ -66,3 +69,53 @@ class ReplayBuffer:
             pos = size % self.capacity
         self.size, self.pos = size, pos
         self.storage[:size] = rows
+
+
+class NStepReturns:
+    """Turns batched one-step transitions into n-step replay rows (FastTD3 trains on 3-step returns):
+
+        reward   = sum_{k<m} gamma^k r_{t+k}
+        discount = gamma^m (1 - terminated_{t+m-1}),   next_obs = s_{t+m}
+
+    where m = n, or fewer when the episode ends (terminated or truncated) inside the window, so no
+    row reaches across an episode boundary; a truncated row bootstraps from the true final
+    observation. Each env keeps its last n starts in ``[n, N]`` slots; a row is emitted the step its
+    window closes. n = 1 gives the usual one-step rows, in env order."""
+
+    def __init__(self, n: int, gamma: float, num_envs: int, head_dim: int, device: torch.device):
+        if n < 1:
+            raise UserError(f"n_step must be >= 1, got {n}")
+        self.n, self.gamma, self.t = int(n), float(gamma), 0
+        self.head = torch.zeros(n, num_envs, head_dim, device=device)  # obs | cobs | action at the start
+        self.ret = torch.zeros(n, num_envs, device=device)
+        self.count = torch.zeros(n, num_envs, dtype=torch.long, device=device)  # rewards summed so far
+        self.live = torch.zeros(n, num_envs, dtype=torch.bool, device=device)
+
+    def push(self, head: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+             tail: torch.Tensor, fresh: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """One step of every env: ``head [N, H]`` (what starts a row), ``tail [N, T]`` (what ends
+        one: next observations). Returns the closed rows' ``head, reward, discount, tail``.
+        ``fresh [N]``: envs whose step does not follow their previous one (``Transition.fresh``);
+        their open windows are dropped, never linked across the gap."""
+        if fresh is not None:
+            self.live &= ~fresh[None]
+        s = self.t % self.n
+        self.t += 1
+        self.head[s], self.ret[s], self.count[s], self.live[s] = head, 0.0, 0, True
+        live = self.live.float()
+        self.ret += live * torch.pow(self.gamma, self.count.float()) * reward[None]
+        self.count += self.live.long()
+        emit = self.live & ((self.count == self.n) | (terminated | truncated)[None])
+        slot, env = emit.nonzero(as_tuple=True)
+        self.live &= ~emit
+        discount = torch.pow(self.gamma, self.count[slot, env].float()) * (1.0 - terminated[env].float())
+        return self.head[slot, env], self.ret[slot, env], discount, tail[env]
+
+    def state_dict(self) -> dict:
+        return {"t": self.t, "head": self.head.clone(), "ret": self.ret.clone(), "count": self.count.clone(),
+                "live": self.live.clone()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.t = int(state["t"])
+        for k in ("head", "ret", "count", "live"):
+            getattr(self, k).copy_(state[k])

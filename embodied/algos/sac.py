@@ -44,11 +44,14 @@ class SAC(OffPolicyAlgorithm):
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         """One critic step and, every ``actor_every``-th call, one actor and temperature step, all
         from one sampled batch with a single backward pass:
-            y       = r + gamma (1 - terminated) (min_j Q'_j(s', a') - alpha log pi(a'|s')),  a' ~ pi(s')
+            y       = r + d (min_j Q'_j(s', a') - alpha log pi(a'|s')),  a' ~ pi(s')
             L_Q     = 1/2 sum_j E[(Q_j(s, a) - y)^2]
             L_pi    = E[alpha log pi(a~|s) - min_j Q_j(s, a~)],  a~ ~ pi(s), Q's parameters held constant
             L_alpha = E[-log alpha (log pi(a~|s) + H_target)]
-        The actor is evaluated once on [s; s'] (a' is detached)."""
+        The actor is evaluated once on [s; s'] (a' is detached). r and d = gamma^m (1 - terminated) are
+        the row's m-step return and discount (m = 1 unless ``n_step`` > 1; replay.NStepReturns). With
+        n_step > 1 the target holds only the entropy bonus of the bootstrap state, not of the states in
+        between (not the soft n-step return); FastTD3's n-step returns are for TD3."""
         cfg = self.cfg
         b = self._sample()
         alpha = self.log_alpha.detach().exp()
@@ -63,7 +66,7 @@ class SAC(OffPolicyAlgorithm):
                 next_a, next_logp = self.pi.sample(b["next_obs"], self.generator)
         with torch.no_grad():
             q_next = self.q_target(b["next_cobs"], next_a).min(0).values - alpha * next_logp
-            target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q_next
+            target = b["reward"] + b["discount"] * q_next
         q = self.q(b["cobs"], b["action"])  # [2, B]
         loss = q_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
         metrics = {"sac/critic_loss": q_loss.detach(), "sac/q_mean": q.detach().mean(), "sac/alpha": alpha}

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
+from embodied.algos.base import Transition
 from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from embodied.config import PolicyConfig
+from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import DeterministicActor
 
@@ -22,6 +24,9 @@ from embodied.policies import DeterministicActor
 @dataclass
 class TD3Config(OffPolicyConfig):
     exploration_noise: float = 0.1  # std of Gaussian noise on collected actions
+    # FastTD3's mixed noise: each env's std drawn from U[exploration_noise, exploration_noise_max] and
+    # redrawn when its episode ends, so the batch explores at several scales at once (None: one std)
+    exploration_noise_max: float | None = None
     target_noise: float = 0.2  # target policy smoothing std
     target_noise_clip: float = 0.5
 
@@ -34,16 +39,34 @@ class TD3(OffPolicyAlgorithm):
                                    group=self.symmetry.to_spec() if policy.symmetrize else None)
         self.pi_target = copy.deepcopy(actor).to(self.device).requires_grad_(False)
         self._pit_params = list(self.pi_target.parameters())
+        hi = self.cfg.exploration_noise_max
+        if hi is not None and hi < self.cfg.exploration_noise:
+            raise UserError(f"td3.exploration_noise_max={hi} is below td3.exploration_noise={self.cfg.exploration_noise}")
+        self.noise_std = torch.full((self.num_envs, 1), self.cfg.exploration_noise, device=self.device)
+        self._redraw_noise(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         return actor
+
+    def _redraw_noise(self, envs: torch.Tensor) -> None:
+        lo, hi = self.cfg.exploration_noise, self.cfg.exploration_noise_max
+        if hi is None or not bool(envs.any()):
+            return
+        u = torch.rand(self.num_envs, 1, generator=self.generator, device=self.device)
+        self.noise_std = torch.where(envs[:, None], lo + (hi - lo) * u, self.noise_std)
 
     def _explore(self, obs: torch.Tensor) -> torch.Tensor:
         a = self.pi.act(obs)
-        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * self.cfg.exploration_noise
+        std = self.noise_std if self.noise_std.shape[0] == a.shape[0] else self.cfg.exploration_noise
+        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * std
         return (a + noise).clamp(-1.0, 1.0)
+
+    def observe(self, tr: Transition) -> None:
+        super().observe(tr)
+        if tr.reward.shape[0] == self.num_envs:
+            self._redraw_noise(tr.terminated | tr.truncated)
 
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         """    a'   = clip(pi'(s') + clip(N(0, s~), -c, c), -1, 1)
-            y    = r + gamma (1 - terminated) min_j Q'_j(s', a')
+            y    = r + d min_j Q'_j(s', a'),  d = gamma^m (1 - terminated) for an m-step row
             L_Q  = 1/2 sum_j E[(Q_j(s, a) - y)^2]
             L_pi = -E[Q_1(s, pi(s))] every ``actor_every``-th step (Q's parameters held constant),
         then the targets move by Polyak averaging on those same steps."""
@@ -54,7 +77,7 @@ class TD3(OffPolicyAlgorithm):
             next_mu = self.pi_target(b["next_obs"])
             eps = torch.randn(next_mu.shape, generator=self.generator, device=self.device) * cfg.target_noise
             next_a = (next_mu + eps.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)).clamp(-1.0, 1.0)
-            target = b["reward"] + cfg.gamma * (1.0 - b["done"]) * self.q_target(b["next_cobs"], next_a).min(0).values
+            target = b["reward"] + b["discount"] * self.q_target(b["next_cobs"], next_a).min(0).values
         q = self.q(b["cobs"], b["action"])  # [2, B]
         loss = q_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
         metrics = {"td3/critic_loss": q_loss.detach(), "td3/q_mean": q.detach().mean()}
@@ -69,11 +92,13 @@ class TD3(OffPolicyAlgorithm):
         return metrics
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "pi_target": self.pi_target.state_dict()}
+        return {**super().state_dict(), "pi_target": self.pi_target.state_dict(), "noise_std": self.noise_std.clone()}
 
     def load_state_dict(self, state: Mapping) -> None:
         super().load_state_dict(state)
         self.pi_target.load_state_dict(state["pi_target"])
+        if "noise_std" in state:
+            self.noise_std = state["noise_std"].to(self.device)
 
 
 ALGOS.register("td3", TD3)

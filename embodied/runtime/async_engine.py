@@ -90,6 +90,7 @@ class AsyncCollector(Collector):
         probe.close()
         self.num_envs, self.seed, self.make_env = num_envs, seed, make_env
         self.learner_device = torch.device(learner_device)
+        self._dropped = False  # a step was dropped since the last transition returned (Transition.fresh)
         self.per_worker = num_envs // workers
         z = lambda *shape, dtype=torch.float32: torch.zeros(num_envs, *shape, dtype=dtype).share_memory_()  # noqa
         self.buffers = {
@@ -222,9 +223,13 @@ class AsyncCollector(Collector):
         episodes = self.stats.track(reward, terminated | truncated, final_info)
         if episodes is not None:
             self.finished.extend(episodes.as_dicts())
+        fresh = None
+        if self._dropped:
+            fresh = torch.ones(self.num_envs, dtype=torch.bool, device=self.learner_device)
+            self._dropped = False
         tr = Transition(obs, action, to_device(reward, self.learner_device),
                         to_device(terminated, self.learner_device), to_device(truncated, self.learner_device),
-                        next_obs=to_device(final_obs, self.learner_device), extras=extras)
+                        next_obs=to_device(final_obs, self.learner_device), extras=extras, fresh=fresh)
         self._launch(act, version)  # step t+1 simulates while the learner updates on step t
         return tr
 
@@ -242,6 +247,7 @@ class AsyncCollector(Collector):
                 self._expect(w)
             self._obs = {k: v.clone() for k, v in self.buffers["obs"].items()}
             self._pending = None
+            self._dropped = True  # the next transition does not follow the last one returned
 
     def state_dict(self) -> dict:
         # the launched step is part of the stream: a checkpoint continues correctly (counters, weights,
@@ -262,6 +268,7 @@ class AsyncCollector(Collector):
             self._send(w, "load", env_state)
             self._expect(w)
         self._obs = {k: v.clone() for k, v in state["obs"].items()}
+        self._dropped = True  # the checkpoint's obs follows the step its state_dict drained
         self.stats.load_state_dict(state)
         self.finished = list(state["finished"])
         self.restarts = list(state["restarts"])

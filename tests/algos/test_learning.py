@@ -65,6 +65,17 @@ def test_off_policy_learns_target(tmp_path, algo):
     assert summary["eval/return"] >= FLOORS[f"{algo}_target"], summary
 
 
+def test_fasttd3_preset_learns_target(tmp_path):
+    # the preset as shipped (16 envs, batch 256, 256x256, UTD 1, 3-step returns, mixed noise) with only
+    # the budget shortened: 100 vector steps, learning after 320 random env steps
+    cfg = load_config("target", "fasttd3", [*QUIET, "seed=0", "total_steps=1600", "log.eval_every=0",
+                                            "td3.warmup_steps=320"])
+    assert (cfg.num_envs, cfg.algo_config.batch_size, cfg.algo_config.n_step) == (16, 256, 3)
+    _, summary = train(cfg, tmp_path / "run")
+    assert summary["step"] == 1600
+    assert summary["eval/return"] >= FLOORS["fasttd3_target"], summary
+
+
 def test_ppo_learns_pendulum_swing_up(tmp_path):
     # Pendulum-v1 MDP, 200-step episodes: solved about -200, random and a = 0 both about -1230.
     # configs/pendulum.yaml as is (64 envs x 32 steps, 10 epochs, lr 1e-3); 28 updates. Over seeds

@@ -17,7 +17,7 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 from embodied.algos.base import Transition
 from embodied.algos.gae import gae
 from embodied.algos.ppo import PPO, PPOConfig
-from embodied.algos.replay import ReplayBuffer
+from embodied.algos.replay import NStepReturns, ReplayBuffer
 from embodied.algos.sac import SAC, SACConfig
 from embodied.algos.td3 import TD3, TD3Config
 from embodied.config import PolicyConfig
@@ -177,7 +177,7 @@ def rows(ids) -> dict[str, torch.Tensor]:
     """Transitions whose every field encodes its row id ``i``, so a sample can be checked field by field."""
     i = torch.as_tensor(ids, dtype=torch.float32)[:, None]
     return {"obs": i + torch.tensor([0.0, 0.01]), "cobs": i + torch.tensor([0.1, 0.11, 0.12]),
-            "action": i + 0.2, "reward": (i + 0.3).squeeze(1), "done": (i % 2).squeeze(1),
+            "action": i + 0.2, "reward": (i + 0.3).squeeze(1), "discount": (i % 2).squeeze(1),
             "next_obs": i + torch.tensor([0.4, 0.41]), "next_cobs": i + torch.tensor([0.5, 0.51, 0.52])}
 
 
@@ -204,7 +204,7 @@ def test_replay_buffer_wraparound_keeps_newest_rows():
     assert (buf.size, buf.pos) == (5, 4)
     assert slot_ids(buf) == [5, 6, 7, 8, 4]  # exactly the newest 5 rows
     stored = {k: buf.storage[:, s] for k, s in buf.slices.items()}  # every field of every slot
-    stored["reward"], stored["done"] = stored["reward"].squeeze(1), stored["done"].squeeze(1)
+    stored["reward"], stored["discount"] = stored["reward"].squeeze(1), stored["discount"].squeeze(1)
     assert_rows(stored, [5, 6, 7, 8, 4])
 
 
@@ -223,7 +223,7 @@ def test_replay_buffer_sample_returns_stored_rows():
     batch = buf.sample(32, torch.Generator().manual_seed(3))
     ids = torch.randint(6, (32,), generator=torch.Generator().manual_seed(3))  # the same draw
     assert_rows(batch, ids.tolist())
-    assert batch["reward"].shape == (32,) and batch["done"].shape == (32,)
+    assert batch["reward"].shape == (32,) and batch["discount"].shape == (32,)
 
 
 def test_replay_buffer_state_dict_round_trip():
@@ -346,13 +346,65 @@ def test_ppo_observe_bootstraps_only_truncated_not_terminated():
     assert s.step == 1
 
 
+def _nstep_rows(acc: NStepReturns, t: int, terminated, truncated) -> list[tuple]:
+    """Step t of two envs: head 10 e + t, reward t + 1, tail 100 + 10 e + t; rows sorted by head."""
+    e = torch.arange(2.0)
+    out = acc.push((10 * e + t)[:, None], torch.full((2,), t + 1.0), torch.tensor(terminated),
+                   torch.tensor(truncated), (100 + 10 * e + t)[:, None])
+    return sorted((float(h), float(r), float(d), float(x)) for h, r, d, x in zip(out[0][:, 0], out[1], out[2],
+                                                                                out[3][:, 0]))
+
+
+def test_nstep_returns_hand_example():
+    """n = 3, gamma 0.5, rewards 1..5. Env 0 runs on: the row started at t closes at t + 2 with
+    r_t + 0.5 r_{t+1} + 0.25 r_{t+2} and discount 0.125. Env 1 terminates at t = 1 (both open rows
+    close with discount 0 and the true next observation) and is truncated at t = 3 (rows close and
+    bootstrap: discount gamma^m)."""
+    acc = NStepReturns(3, 0.5, 2, 1, torch.device("cpu"))
+    f, t = False, True
+    assert _nstep_rows(acc, 0, [f, f], [f, f]) == []
+    assert _nstep_rows(acc, 1, [f, t], [f, f]) == [(10, 1 + 0.5 * 2, 0.0, 111), (11, 2, 0.0, 111)]
+    assert _nstep_rows(acc, 2, [f, f], [f, f]) == [(0, 1 + 0.5 * 2 + 0.25 * 3, 0.125, 102)]
+    state = acc.state_dict()
+    rows3 = _nstep_rows(acc, 3, [f, f], [f, t])
+    assert rows3 == [(1, 2 + 0.5 * 3 + 0.25 * 4, 0.125, 103), (12, 3 + 0.5 * 4, 0.25, 113), (13, 4, 0.5, 113)]
+    assert _nstep_rows(acc, 4, [f, f], [f, f]) == [(2, 3 + 0.5 * 4 + 0.25 * 5, 0.125, 104)]
+    resumed = NStepReturns(3, 0.5, 2, 1, torch.device("cpu"))
+    resumed.load_state_dict(state)
+    assert _nstep_rows(resumed, 3, [f, f], [f, t]) == rows3
+
+
+def test_nstep_returns_never_link_across_a_dropped_step():
+    # env 1's step is marked fresh (an engine dropped the step before it): its open windows (started
+    # at t = 0 and 1) are discarded, not closed with the new step's reward; env 0 is unaffected
+    acc = NStepReturns(3, 0.5, 2, 1, torch.device("cpu"))
+    f = [False, False]
+    _nstep_rows(acc, 0, f, f)
+    _nstep_rows(acc, 1, f, f)
+    e = torch.arange(2.0)
+    head, reward, discount, tail = acc.push((10 * e + 2)[:, None], torch.full((2,), 3.0), torch.tensor(f),
+                                            torch.tensor(f), (100 + 10 * e + 2)[:, None], torch.tensor([False, True]))
+    assert head[:, 0].tolist() == [0.0] and reward.tolist() == [1 + 0.5 * 2 + 0.25 * 3]
+    assert acc.live[:, 1].sum() == 1  # only the window the fresh step opened
+
+
+def test_nstep_returns_with_n_1_are_one_step_rows():
+    acc = NStepReturns(1, 0.9, 3, 1, torch.device("cpu"))
+    head, reward, discount, tail = acc.push(torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([0.5, 0.6, 0.7]),
+                                            torch.tensor([False, True, False]), torch.tensor([False, False, True]),
+                                            torch.tensor([[4.0], [5.0], [6.0]]))
+    assert head[:, 0].tolist() == [1, 2, 3] and tail[:, 0].tolist() == [4, 5, 6]
+    torch.testing.assert_close(reward, torch.tensor([0.5, 0.6, 0.7]))
+    torch.testing.assert_close(discount, torch.tensor([0.9, 0.0, 0.9]))
+
+
 # ---- SAC --------------------------------------------------------------------------------------------
 def fill_tiny_buffer(algo) -> torch.Generator:
     """8 random transitions (obs 2, action 1) with terminal and running rows; returns the generator."""
     g = torch.Generator().manual_seed(5)
     algo.buffer.add(obs=torch.randn(8, 2, generator=g), cobs=torch.randn(8, 2, generator=g),
                     action=torch.rand(8, 1, generator=g) * 2 - 1, reward=torch.randn(8, generator=g),
-                    done=torch.tensor([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+                    discount=0.9 * torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0]),  # gamma (1 - done)
                     next_obs=torch.randn(8, 2, generator=g), next_cobs=torch.randn(8, 2, generator=g))
     return g
 
@@ -379,11 +431,11 @@ def test_sac_critic_target_and_loss():
         next_a, next_logp = pi.sample(b["next_obs"], gen)
         q1, q2 = q_target(b["next_cobs"], next_a)
         # y = r + gamma (1 - done) (min(Q1', Q2') - alpha log pi(a'|s')), alpha = 0.3
-        y = b["reward"] + 0.9 * (1.0 - b["done"]) * (torch.minimum(q1, q2) - 0.3 * next_logp)
+        y = b["reward"] + b["discount"] * (torch.minimum(q1, q2) - 0.3 * next_logp)
         qa, qb = q(b["cobs"], b["action"])
         # L = 0.5 * (mean (Q1 - y)^2 + mean (Q2 - y)^2)
         expected = 0.5 * (((qa - y) ** 2).mean() + ((qb - y) ** 2).mean())
-    assert b["done"].sum() > 0 and b["done"].sum() < 4, "the batch should mix terminal and running rows"
+    assert 0 < (b["discount"] == 0).sum() < 4, "the batch should mix terminal and running rows"
     assert float(metrics["sac/critic_loss"]) == pytest.approx(float(expected), rel=1e-6)
     assert float(metrics["sac/alpha"]) == pytest.approx(0.3, rel=1e-6)
     # Polyak: theta' <- theta' + tau (theta_new - theta')
@@ -413,7 +465,7 @@ def test_td3_target_actor_loss_and_delayed_targets():
             eps = torch.randn(mu.shape, generator=gen) * 0.2
             # a' = clip(pi'(s') + clip(eps, -0.1, 0.1), -1, 1); y = r + 0.9 (1 - d) min(Q1', Q2')(s', a')
             next_a = (mu + eps.clamp(-0.1, 0.1)).clamp(-1, 1)
-            y = b["reward"] + 0.9 * (1 - b["done"]) * q_t(b["next_cobs"], next_a).min(0).values
+            y = b["reward"] + b["discount"] * q_t(b["next_cobs"], next_a).min(0).values
             qa, qb = q(b["cobs"], b["action"])
             expected = 0.5 * (((qa - y) ** 2).mean() + ((qb - y) ** 2).mean())
             actor_loss = -q(b["cobs"], pi(b["obs"]))[0].mean()  # -E[Q1(s, pi(s))] with pre-step critic

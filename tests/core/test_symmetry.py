@@ -158,4 +158,4 @@ def test_augmented_td3_batch_is_a_group_image_of_stored_rows():
         for i in range(cfg.batch_size):
             want = group.apply(key, raw[name][i:i + 1], int(g[i]))[0]
             assert torch.equal(b[name][i], want), (name, i)
-    assert torch.equal(b["reward"], raw["reward"]) and torch.equal(b["done"], raw["done"])
+    assert torch.equal(b["reward"], raw["reward"]) and torch.equal(b["discount"], raw["discount"])

@@ -87,3 +87,23 @@ def eval_json(line: str) -> dict:
     import json
 
     return json.loads(line)
+
+
+def test_async_marks_the_transition_after_a_dropped_step_fresh():
+    # a checkpoint drains the step in flight and drops it: the next transition does not follow the
+    # last one returned, and says so (Transition.fresh), so n-step windows are not linked across it
+    collector = AsyncCollector(_factory(), 4, seed=0, learner_device="cpu", runtime=RuntimeConfig(num_workers=2))
+    try:
+        collector.reset(seed=0)
+        act = lambda obs: torch.zeros(4, 1)  # noqa: E731
+        assert collector.step(act).fresh is None
+        last = collector.step(act)
+        state = collector.state_dict()
+        after = collector.step(act)
+        assert after.fresh is not None and bool(after.fresh.all())
+        assert not torch.equal(after.obs["policy"], last.next_obs["policy"])  # the dropped step lies between
+        assert collector.step(act).fresh is None
+        collector.load_state_dict(state)
+        assert bool(collector.step(act).fresh.all())
+    finally:
+        collector.close()
