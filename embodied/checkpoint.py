@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import zipfile
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import torch
 from embodied.core.errors import UserError
 
 CKPT_DIR = "checkpoints"
-KEEP = 2  # newest checkpoints kept; older ones are removed after a successful write
+KEEP = 3  # newest checkpoints kept by default; older ones are removed after a successful write
+_WARNED: set[Path] = set()  # corrupt checkpoints already reported by this process
 REQUIRED_KEYS = ("format", "config", "step", "algo", "collector", "policy")
 
 
@@ -22,34 +24,48 @@ def checkpoint_paths(run_dir: Path) -> list[Path]:
     return sorted(d.glob("ckpt_*.pt"), key=lambda p: int(p.stem.split("_")[1])) if d.is_dir() else []
 
 
-def save_checkpoint(run_dir: Path, step: int, payload: dict) -> Path:
+def save_checkpoint(run_dir: Path, step: int, payload: dict, keep: int = KEEP) -> Path:
     d = Path(run_dir) / CKPT_DIR
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"ckpt_{step:012d}.pt"
     tmp = path.with_suffix(".pt.tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)  # atomic: a kill leaves the previous checkpoint intact
-    for old in checkpoint_paths(run_dir)[:-KEEP]:
+    for old in checkpoint_paths(run_dir)[:-max(1, keep)]:
         old.unlink(missing_ok=True)
     return path
 
 
+def _read(path: Path, device: str) -> dict:
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=False)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError, ValueError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"corrupt checkpoint {path}: {reason}") from None
+    missing = [k for k in REQUIRED_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
+        raise UserError(f"not an embodied checkpoint: {path} (missing {', '.join(missing)})")
+    return ckpt
+
+
 def load_checkpoint(run_dir: Path, device: str = "cpu") -> dict:
+    """The newest intact checkpoint of a run; a corrupt newer one is skipped with one line on stderr."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
     paths = checkpoint_paths(run_dir)
     if not paths:
         raise UserError(f"no checkpoint in {run_dir / CKPT_DIR}")
-    try:
-        ckpt = torch.load(paths[-1], map_location=device, weights_only=False)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, OSError, ValueError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"corrupt checkpoint {paths[-1]}: {reason}") from None
-    missing = [k for k in REQUIRED_KEYS if not isinstance(ckpt, dict) or k not in ckpt]
-    if missing:
-        raise UserError(f"not an embodied checkpoint: {paths[-1]} (missing {', '.join(missing)})")
-    return ckpt
+    for i, path in enumerate(reversed(paths)):
+        try:
+            return _read(path, device)
+        except UserError as e:
+            if i == len(paths) - 1:
+                raise
+            if path not in _WARNED:  # eval reads the run's checkpoint twice (config, then policy)
+                _WARNED.add(path)
+                print(f"warning: {e}; using the previous one, {paths[-2 - i].name}", file=sys.stderr)
+    raise AssertionError("unreachable")
 
 
 def load_policy(run_dir, device: str = "cpu"):

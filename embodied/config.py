@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -40,6 +41,7 @@ class LogConfig:
     eval_every: int = 20_000  # env steps between evaluations (0: only at the end)
     eval_episodes: int = 100
     checkpoint_every: int = 50_000  # env steps between checkpoints (0: only at the end)
+    keep_checkpoints: int = 3  # newest full checkpoints kept (replay included); older ones are removed
     tensorboard: bool = True
     progress: bool = True  # live progress line on stderr
     log_every: int = 2_000  # env steps between metric lines
@@ -144,7 +146,7 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | tup
             raise UserError(f"bad override {item!r}: expected key=value")
         try:
             values = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
-        except OmegaConfBaseException as e:
+        except (OmegaConfBaseException, yaml.YAMLError) as e:  # the value is parsed as YAML
             raise UserError(f"bad override {item!r}: {str(e).splitlines()[0]}") from None
         layers.append((values, f"override {item!r}", True))
     algo = spec.default_algo

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -51,6 +52,9 @@ def build(cfg: RunConfig, run_dir: Path):
                        learner_device, cfg.seed, cfg.total_steps, cfg.policy, collector.symmetry_group())
     try:
         algo = algo_cls.build(cfg.algo_config, ctx)
+    except ValueError as e:  # torch's checks of the learner's settings (a negative lr, ...) are the user's input
+        collector.close()
+        raise UserError(f"{cfg.algo}: {e}") from None
     except BaseException:
         collector.close()
         raise
@@ -61,9 +65,18 @@ def build(cfg: RunConfig, run_dir: Path):
 def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:
     """Start a new run; returns its directory and a summary."""
     torch.manual_seed(cfg.seed)
-    run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    runner = build(cfg, run_dir)
+    created = run_dir is None or not Path(run_dir).exists()
+    try:
+        run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the run directory: {e}") from None
+    try:
+        runner = build(cfg, run_dir)
+    except BaseException:
+        if created:  # a failed start leaves nothing behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return run_dir, runner.train()
 

@@ -223,3 +223,42 @@ def test_symmetry_misconfiguration(user_error, tmp_path, task, overrides, words)
                        "log.progress=false", *overrides])
     for w in words:
         assert w in line
+
+
+# ---- inputs a new user tried (issue 8): each one line, and no run directory left behind ----------------
+@pytest.mark.parametrize("override,word", [
+    ("sim_device=tpu", "tpu"), ("learner_device=tpu", "tpu"), ("policy.actor_hidden=[1,2", "actor_hidden"),
+    ("ppo.lr=-1", "learning rate"),
+], ids=["sim-device", "learner-device", "unclosed-list", "negative-lr"])
+def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
+    line = user_error([*TRAIN, "--run-dir", str(tmp_path / "r"), override])
+    assert word in line
+    assert not (tmp_path / "r").exists()  # a failed start leaves no empty run directory
+
+
+def test_unwritable_run_root(user_error, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    line = user_error([*TRAIN, f"log.run_root={blocker / 'runs'}"])
+    assert "run directory" in line and "a_file" in line
+
+
+def test_failed_start_in_a_new_run_root_leaves_nothing(user_error, tmp_path):
+    user_error([*TRAIN, f"log.run_root={tmp_path / 'runs'}", "ppo.lr=-1"])
+    assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]  # no stamped run directory content
+    assert not list((tmp_path / "runs").glob("pendulum/*"))
+
+
+@pytest.mark.parametrize("command", [_eval, _resume], ids=["eval", "resume"])
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(capfd, tmp_path, debug_run, command):
+    run = tmp_path / "run"
+    shutil.copytree(debug_run, run)
+    intact = sorted((run / "checkpoints").glob("ckpt_*.pt"))[-1]
+    newest = intact.with_name("ckpt_999999999999.pt")
+    newest.write_bytes(intact.read_bytes()[:100])  # a newer checkpoint, torn
+    capfd.readouterr()
+    assert main(command(run)) == 0
+    err = capfd.readouterr().err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and newest.name in warnings[0] and intact.name in warnings[0], err[-2000:]
+    assert "Traceback" not in err

@@ -24,7 +24,10 @@ Obs = dict[str, torch.Tensor]
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """A requested device that is missing is an error, never a silent fallback."""
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UserError(f"unsupported device {device!r}; use 'cpu' or 'cuda[:i]'") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {device!r} requested but CUDA is not available on this machine")
     if dev.type not in ("cpu", "cuda"):
