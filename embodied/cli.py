@@ -70,11 +70,13 @@ def _cmd_eval(args) -> int:
 
 def _cmd_tasks(_args) -> int:
     import embodied.tasks  # noqa: F401
+    from embodied.config import load_config
     from embodied.core.registry import TASKS
 
     for name in TASKS.names():
         spec = TASKS.get(name)
-        print(f"{name:<18} {spec.description}  [backends: {', '.join(spec.backends)}; algo: {spec.default_algo}]")
+        algo = load_config(name).algo  # what a default run trains (the task's preset may choose another)
+        print(f"{name:<18} {spec.description}  [backends: {', '.join(spec.backends)}; algo: {algo}]")
     for prefix, (_, description) in sorted(TASKS.families.items()):
         print(f"{prefix + ':<name>':<18} {description}  [task family]")
     return 0

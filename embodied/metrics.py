@@ -43,6 +43,22 @@ class MetricsLogger:
         self._last_print = 0.0
         self._t0 = time.monotonic() - _process_age()  # time/wall_s on every row: seconds since the command started
 
+    def rewind(self, step: int) -> None:
+        """Continue a resumed run's logs from its checkpoint at ``step``: rows logged after it (by the
+        process that was killed) are dropped from ``metrics.jsonl`` and purged from TensorBoard, so the
+        step column never goes backwards."""
+        self._file.close()
+        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, self.path)
+        self._file = open(self.path, "a", buffering=1)
+        if self.writer is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer.close()
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=step + 1)
+
     def log(self, step: int, metrics: dict) -> dict[str, float]:
         row = {k: _scalar(v) for k, v in metrics.items()}
         row.setdefault("time/wall_s", time.monotonic() - self._t0)
@@ -56,7 +72,9 @@ class MetricsLogger:
     def show(self, step: int, sps: float, ret: float | None, success: float | None, force: bool = False) -> None:
         """Live progress: steps/s, return, success, ETA (one rewritten line on a terminal)."""
         now = time.monotonic()
-        if not self.progress or (not force and now - self._last_print < 0.5):
+        # a terminal gets one rewritten line twice a second; a log file a new line every 10 s
+        every = 0.5 if sys.stderr.isatty() else 10.0
+        if not self.progress or (not force and now - self._last_print < every):
             return
         self._last_print = now
         eta = (self.total_steps - step) / sps if sps > 0 else float("inf")

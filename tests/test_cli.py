@@ -41,6 +41,22 @@ def test_tasks_lists_registered_tasks(tmp_path):
     assert proc.returncode == 0, proc.stderr
     names = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
     assert {"pendulum", "target", "quadrotor-hover"} <= names
+    # the learner a default run really trains (the quadrotor's preset trains TD3; the listing said sac)
+    algo = {line.split()[0]: line.rsplit("algo: ", 1)[1].rstrip("]") for line in proc.stdout.splitlines()
+            if "algo: " in line}
+    assert algo["quadrotor-hover"] == "td3" and algo["pendulum"] == "ppo" and algo["halfcheetah"] == "ppo"
+
+
+def test_progress_off_a_terminal_prints_a_line_every_few_seconds(tmp_path, capsys):
+    from embodied.metrics import MetricsLogger
+
+    logger = MetricsLogger(tmp_path, tensorboard=False, progress=True, total_steps=1000)
+    for step in range(0, 1000, 10):  # a hundred updates within a fraction of a second
+        logger.show(step, 1e4, -1.0, None)
+    logger.show(1000, 1e4, -1.0, None, force=True)
+    logger.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[-1].startswith("step     1,000/1,000")  # the first and the final one
 
 
 # pendulum episodes are shortened: the video draws every one of its control steps with matplotlib

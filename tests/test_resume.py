@@ -178,11 +178,16 @@ def test_sigkill_then_resume_continues_exactly(tmp_path):
     assert final["collector"]["env"]["total_env_steps"] == KILL_TOTAL  # env steps the env simulated
     assert final["config"] == start["config"]
 
-    # rows appended by the resumed process start right after the checkpoint and run to the end
-    new_rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_bytes()[len(metrics):].splitlines()]
-    steps = [r["step"] for r in new_rows]
-    assert steps and start["step"] < steps[0] <= start["step"] + LOG_EVERY
+    # the killed process's rows after the checkpoint were dropped (MetricsLogger.rewind): the step column
+    # never goes backwards, and the resumed process's rows start right after the checkpoint
+    rows = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows]
     assert steps == sorted(steps) and steps[-1] == KILL_TOTAL
+    before_kill = [json.loads(line) for line in metrics.splitlines()]
+    assert rows[:len([r for r in before_kill if r["step"] <= start["step"]])] == \
+        [r for r in before_kill if r["step"] <= start["step"]]
+    new_rows = [r for r in rows if r["step"] > start["step"]]
+    assert new_rows and new_rows[0]["step"] <= start["step"] + LOG_EVERY
 
     # an uninterrupted run of the same config (same seed) ends in the same state, bit for bit
     run_ok(cli("train", "--run-dir", str(full), *KILL_ARGS), tmp_path)
