@@ -27,6 +27,7 @@ class _Algo:
     (100, [0.96, 0.50, 0.96, 0.97, 0.99], 3),
     (100, [0.94, 0.95, 0.95], 2),
     (200, [0.50, 0.96], 1),
+    (100, [0.5, float(torch.tensor(95 / 100, dtype=torch.float32)), 0.95], 2),  # 95 of 100 in float32
 ])
 def test_stop_needs_two_passes_in_a_row_below_200_starts(tmp_path, monkeypatch, episodes, successes, stops_at):
     cfg = load_config("target", None, ["stop_success=0.95", f"log.eval_episodes={episodes}",
