@@ -71,7 +71,7 @@ def run_ours(extra: list[str], timeout_s: float) -> dict:
     watcher.join()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval/success" in r]
-    solved = next((r for r in evals if r["eval/success"] >= CRITERION), None)
+    solved = next((r for r in evals if r["eval/success"] >= CRITERION - 1e-6), None)
     return {
         "command": " ".join(cmd[2:]),
         "returncode": proc.returncode,
@@ -124,7 +124,7 @@ def run_sb3_sac(cap_s: float, eval_every: int, num_envs: int, seed: int) -> dict
             res = evaluate(act, eval_env, seed=eval_seed(run_cfg))
             self.curve.append((self.num_timesteps, round(res["eval/success"], 3), round(self.train_s, 1)))
             self.t0 = time.perf_counter()
-            if res["eval/success"] >= CRITERION:
+            if res["eval/success"] >= CRITERION - 1e-6:
                 self.solved = (self.num_timesteps, self.train_s)
                 return False
             return self.train_s < cap_s
