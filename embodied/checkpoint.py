@@ -15,7 +15,6 @@ from embodied.core.errors import UserError
 
 CKPT_DIR = "checkpoints"
 KEEP = 3  # newest checkpoints kept by default; older ones are removed after a successful write
-_WARNED: set[Path] = set()  # corrupt checkpoints already reported by this process
 REQUIRED_KEYS = ("format", "config", "step", "algo", "collector", "policy")
 
 
@@ -56,22 +55,28 @@ def load_checkpoint(run_dir: Path, device: str = "cpu") -> dict:
     paths = checkpoint_paths(run_dir)
     if not paths:
         raise UserError(f"no checkpoint in {run_dir / CKPT_DIR}")
-    for i, path in enumerate(reversed(paths)):
+    skipped: list[UserError] = []
+    for path in reversed(paths):
         try:
-            return _read(path, device)
+            ckpt = _read(path, device)
         except UserError as e:
-            if i == len(paths) - 1:
-                raise
-            if path not in _WARNED:  # eval reads the run's checkpoint twice (config, then policy)
-                _WARNED.add(path)
-                print(f"warning: {e}; using the previous one, {paths[-2 - i].name}", file=sys.stderr)
-    raise AssertionError("unreachable")
+            skipped.append(e)
+            continue
+        if skipped:
+            more = f" ({len(skipped)} newer ones unreadable)" if len(skipped) > 1 else ""
+            print(f"warning: {skipped[0]}; using the previous one, {path.name}{more}", file=sys.stderr)
+        return ckpt
+    raise skipped[0]
 
 
 def load_policy(run_dir, device: str = "cpu"):
+    return policy_from_checkpoint(load_checkpoint(Path(run_dir), device=device), run_dir, device)
+
+
+def policy_from_checkpoint(ckpt: dict, run_dir, device: str = "cpu"):
+    """The deterministic policy held by an already loaded checkpoint of ``run_dir``."""
     from embodied.policies import DeterministicPolicy, build_policy
 
-    ckpt = load_checkpoint(Path(run_dir), device=device)
     try:
         actor = build_policy(ckpt["policy"]["spec"])
         actor.load_state_dict(ckpt["policy"]["state"])

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 import embodied.tasks  # noqa: F401  (registers tasks)
-from embodied.checkpoint import load_checkpoint, load_policy
+from embodied.checkpoint import load_checkpoint, policy_from_checkpoint
 from embodied.config import config_from_dict
 from embodied.core.errors import UserError
 from embodied.evaluate import eval_seed, evaluate, make_eval_env
@@ -17,7 +17,7 @@ from embodied.render import write_video
 def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: int | None = None) -> dict:
     ckpt = load_checkpoint(run_dir)
     cfg = config_from_dict(ckpt["config"])
-    policy = load_policy(run_dir)
+    policy = policy_from_checkpoint(ckpt, run_dir)  # one read of the checkpoint (a full one holds the replay)
     seed = eval_seed(cfg) if seed is None else seed
     env = make_eval_env(cfg, num_envs=episodes)
     if video:  # before the evaluation, not after it

@@ -87,6 +87,11 @@ class MetricsLogger:
         end = "\r" if sys.stderr.isatty() and not force else "\n"
         print(" | ".join(parts), end=end, file=sys.stderr, flush=True)
 
+    def note(self, text: str) -> None:
+        """A line of its own among the progress output (below the rewritten line on a terminal)."""
+        if self.progress:
+            print(("\n" if sys.stderr.isatty() else "") + text, file=sys.stderr, flush=True)
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()

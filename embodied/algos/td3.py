@@ -41,7 +41,8 @@ class TD3(OffPolicyAlgorithm):
         self._pit_params = list(self.pi_target.parameters())
         hi = self.cfg.exploration_noise_max
         if hi is not None and hi < self.cfg.exploration_noise:
-            raise UserError(f"td3.exploration_noise_max={hi} is below td3.exploration_noise={self.cfg.exploration_noise}")
+            raise UserError(f"td3.exploration_noise_max={hi} is below "
+                            f"td3.exploration_noise={self.cfg.exploration_noise}")
         self.noise_std = torch.full((self.num_envs, 1), self.cfg.exploration_noise, device=self.device)
         self._redraw_noise(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         return actor
@@ -55,14 +56,12 @@ class TD3(OffPolicyAlgorithm):
 
     def _explore(self, obs: torch.Tensor) -> torch.Tensor:
         a = self.pi.act(obs)
-        std = self.noise_std if self.noise_std.shape[0] == a.shape[0] else self.cfg.exploration_noise
-        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * std
+        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * self.noise_std
         return (a + noise).clamp(-1.0, 1.0)
 
     def observe(self, tr: Transition) -> None:
         super().observe(tr)
-        if tr.reward.shape[0] == self.num_envs:
-            self._redraw_noise(tr.terminated | tr.truncated)
+        self._redraw_noise(tr.terminated | tr.truncated)
 
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         """    a'   = clip(pi'(s') + clip(N(0, s~), -c, c), -1, 1)

@@ -3,7 +3,6 @@ checkpoints. Each paradigm's runner (on-policy, off-policy) owns only its short 
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from embodied.evaluate import eval_seed, evaluate
 from embodied.metrics import MetricsLogger, plot_learning_curve
 from embodied.policies import policy_spec
 from embodied.runtime.base import Collector
-
 
 STRICT_EPISODES = 200  # an evaluation this large decides the stop rule alone
 
@@ -134,11 +132,9 @@ class Runner:
             "torch_rng": torch.get_rng_state(),
             "policy": {"spec": policy_spec(actor), "state": actor.state_dict()},
         }
-        path = save_checkpoint(self.run_dir, self.step, payload, keep=self.cfg.log.keep_checkpoints)
-        if self.cfg.log.progress:
-            size = path.stat().st_size / 2**20
-            print(f"{chr(10) if sys.stderr.isatty() else ''}checkpoint {path.name}: {size:,.1f} MiB (the newest {self.cfg.log.keep_checkpoints} are kept)",
-                  file=sys.stderr, flush=True)
+        keep = self.cfg.log.keep_checkpoints
+        path = save_checkpoint(self.run_dir, self.step, payload, keep=keep)
+        self.logger.note(f"checkpoint {path.name}: {path.stat().st_size / 2**20:,.1f} MiB (the newest {keep} are kept)")
         return path
 
     def restore(self, ckpt: dict) -> None:

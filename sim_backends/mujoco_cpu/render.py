@@ -3,7 +3,8 @@
 ``mujoco.Renderer`` picks its OpenGL platform from ``MUJOCO_GL`` when ``mujoco`` is first imported
 (GLFW unless told otherwise, which needs a display). Here the context is made directly, so a
 headless machine renders without the user setting anything: EGL or OSMesa where installed, GLFW
-with a display (``gl_platform``). The camera tracks the model's first body from 4 m, as gymnasium's v5 locomotion tasks do."""
+with a display (``gl_platform``). The camera tracks the model's first body from 4 m, as gymnasium's
+v5 locomotion tasks do."""
 
 from __future__ import annotations
 
