@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import gymnasium as gym
 import mujoco
 import numpy as np
 import torch
+from _machine import machine_info  # scripts/bench is on sys.path when a bench runs
 
 import embodied
 from embodied.tasks.locomotion.mujoco_v5 import TASKS_V5
@@ -113,10 +112,8 @@ def main() -> None:
     torch.set_num_threads(1)
     import envpool
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
-               platform.processor())
-    result = {"cpu": cpu, "cores": os.cpu_count(), "mujoco": mujoco.__version__, "envpool": envpool.__version__,
-              "gymnasium": gym.__version__, "torch": torch.__version__, "unit": "env-steps/s", "rows": []}
+    result = {**machine_info(), "envpool": envpool.__version__, "gymnasium": gym.__version__,
+              "unit": "env-steps/s", "rows": []}
     for task in args.tasks:
         gym_id = TASKS_V5[task][1]
         for threads in args.threads:

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from _machine import machine_info  # scripts/bench is on sys.path when a bench runs
+
 SB3 = """
 import sys, time, json
 t0 = time.perf_counter()
@@ -82,12 +84,7 @@ def main() -> None:
     args = p.parse_args()
     out = Path(args.out) / str(args.steps)
     out.mkdir(parents=True, exist_ok=True)
-    import mujoco
-    import torch
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
-    summary: dict = {"cpu": cpu, "cores": os.cpu_count(), "mujoco": mujoco.__version__, "torch": torch.__version__,
-                     "steps": args.steps, "target": args.target}
+    summary: dict = {**machine_info(), "steps": args.steps, "target": args.target}
     for seed in args.seeds:
         for variant in args.variants:
             path = out / f"{variant}_seed{seed}.json"

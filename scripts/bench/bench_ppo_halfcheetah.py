@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from _machine import machine_info  # scripts/bench is on sys.path when a bench runs
+
 SB3 = """
 import sys, time, json
 t0 = time.perf_counter()
@@ -76,12 +78,7 @@ def main() -> None:
                                                                                       variant.split("_")[1])
                 path.write_text(json.dumps({"variant": variant, "seed": seed, "steps": args.steps, **r}))
             results.setdefault(variant, []).append(json.loads(path.read_text()))
-    import mujoco
-    import torch
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "")
-    summary = {"cpu": cpu, "cores": os.cpu_count(), "mujoco": mujoco.__version__, "torch": torch.__version__,
-               "steps": args.steps}
+    summary = {**machine_info(), "steps": args.steps}
     for variant, rows in results.items():
         summary[variant] = {"median_wall_s": statistics.median(r["wall_s"] for r in rows),
                             "median_return": statistics.median(r["return"] for r in rows),
