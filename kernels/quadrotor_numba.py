@@ -51,35 +51,37 @@ def deriv(x, p, u, k, geo):
     k[15] = (u[2] - x[15]) * inv_tm
     k[16] = (u[3] - x[16]) * inv_tm
 
+@nb.njit(inline="always", fastmath=True, cache=True, error_model="numpy")
+def rk4_one(xi, pi, ui, dt, geo, k1, k2, k3, k4, tmp):
+    """One env's RK4 step in place (``k1..k4, tmp``: float32 scratch of 17), quaternion renormalized."""
+    h = np.float32(0.5 * dt)
+    full = np.float32(dt)
+    sixth = np.float32(dt / 6.0)
+    deriv(xi, pi, ui, k1, geo)
+    for j in range(17):
+        tmp[j] = xi[j] + h * k1[j]
+    deriv(tmp, pi, ui, k2, geo)
+    for j in range(17):
+        tmp[j] = xi[j] + h * k2[j]
+    deriv(tmp, pi, ui, k3, geo)
+    for j in range(17):
+        tmp[j] = xi[j] + full * k3[j]
+    deriv(tmp, pi, ui, k4, geo)
+    for j in range(17):
+        xi[j] = xi[j] + sixth * (k1[j] + 2.0 * k2[j] + 2.0 * k3[j] + k4[j])
+    inv = 1.0 / np.sqrt(xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5] + xi[6] * xi[6])
+    xi[3] *= inv
+    xi[4] *= inv
+    xi[5] *= inv
+    xi[6] *= inv
+
+
 @nb.njit(fastmath=True, cache=True, error_model="numpy")
 def rk4_inplace(x, p, u, dt, geo):
-    n = x.shape[0]
     k1 = np.empty(17, np.float32)
     k2 = np.empty(17, np.float32)
     k3 = np.empty(17, np.float32)
     k4 = np.empty(17, np.float32)
     tmp = np.empty(17, np.float32)
-    h = np.float32(0.5 * dt)
-    full = np.float32(dt)
-    sixth = np.float32(dt / 6.0)
-    for i in range(n):
-        xi = x[i]
-        pi = p[i]
-        ui = u[i]
-        deriv(xi, pi, ui, k1, geo)
-        for j in range(17):
-            tmp[j] = xi[j] + h * k1[j]
-        deriv(tmp, pi, ui, k2, geo)
-        for j in range(17):
-            tmp[j] = xi[j] + h * k2[j]
-        deriv(tmp, pi, ui, k3, geo)
-        for j in range(17):
-            tmp[j] = xi[j] + full * k3[j]
-        deriv(tmp, pi, ui, k4, geo)
-        for j in range(17):
-            xi[j] = xi[j] + sixth * (k1[j] + 2.0 * k2[j] + 2.0 * k3[j] + k4[j])
-        inv = 1.0 / np.sqrt(xi[3] * xi[3] + xi[4] * xi[4] + xi[5] * xi[5] + xi[6] * xi[6])
-        xi[3] *= inv
-        xi[4] *= inv
-        xi[5] *= inv
-        xi[6] *= inv
+    for i in range(x.shape[0]):
+        rk4_one(x[i], p[i], u[i], dt, geo, k1, k2, k3, k4, tmp)

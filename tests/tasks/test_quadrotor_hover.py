@@ -73,7 +73,7 @@ def test_position_abs_term():
     _, reward, *_, info = env.step(torch.full((1, 4), HOVER))
     # r = 2 - 0.5 (5 |p|^2 + 4 |p|), |p| = sqrt(0.05)
     assert reward[0].item() == pytest.approx(2 - 0.5 * (5 * 0.05 + 4 * math.sqrt(0.05)), abs=3e-4)
-    assert info["log"]["reward/position_abs"].item() == pytest.approx(-0.5 * 4 * math.sqrt(0.05), abs=2e-4)
+    assert float(info["log"]["reward/position_abs"]) == pytest.approx(-0.5 * 4 * math.sqrt(0.05), abs=2e-4)
 
 
 def test_observation_layout_and_action_history():

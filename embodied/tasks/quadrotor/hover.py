@@ -21,7 +21,7 @@ from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
-from embodied.kernels.quadrotor import GRAVITY, ROTOR_X
+from embodied.kernels.quadrotor import GRAVITY, ROTOR_DIR, ROTOR_X, ROTOR_Y, numba_available
 from embodied.sim_backends.base import NamedLayout, choose_backend, make_backend
 from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
 
@@ -89,7 +89,9 @@ class QuadrotorHoverConfig:
     disturbance_force: float = 1.0 / 20.0  # std as a fraction of m g [N / (m g)]
     disturbance_torque: float = 1.0 / 10000.0  # std as a fraction of m g [N m / (m g)]
     backend: str | None = None  # sim backend, one of the task's TaskSpec.backends (None: the first)
-    kernel: str = "auto"  # physics kernel (torch_vec): auto | numba | torch
+    # auto | numba: on CPU the whole step (physics, reward, termination, reset, observation) is one fused
+    # numba kernel (kernels/quadrotor_hover_numba.py); torch: the tensor reference, on any device
+    kernel: str = "auto"
     reward: RewardWeights = field(default_factory=RewardWeights)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     domain_randomization: DomainRandomizationConfig = field(default_factory=DomainRandomizationConfig)
@@ -104,6 +106,8 @@ MIRRORS = (((1.0, 1.0, 1.0), (0, 1, 2, 3)), ((1.0, -1.0, 1.0), (3, 2, 1, 0)), ((
 # the parameters domain randomization scales, in the sim's PARAMS order; their ratios to nominal are logged from
 # one [N, 7] tensor in this layout (the logged means' summation order, and so their bits, depend on it)
 DR_PARAMS = NamedLayout(mass=1, inertia=3, k_f=1, k_m=1, motor_tau=1)
+
+DR_LOG = ("mass", "inertia_xx", "thrust_constant", "torque_constant", "motor_time_constant")  # dr/* log names
 
 ARM = abs(ROTOR_X[0])  # [m] rotor offset along each body axis; scales disturbance torque in the critic obs
 
@@ -154,6 +158,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             {"policy": box(-math.inf, math.inf, (obs_dim,)), "critic": box(-math.inf, math.inf, (28,))}
         )
         self.single_action_space = box(-1.0, 1.0, (4,))
+        self._fused = self._fused_views() if self._use_fused() else None
 
     # ---- initial states ----------------------------------------------------------------------
     def _uniform(self, k: int, dim: int, scale: float) -> torch.Tensor:
@@ -230,8 +235,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         if self.cfg.domain_randomization.enabled:  # sampled parameters relative to nominal, logged
             P = sim.PARAMS
             ratio = DR_PARAMS.pack(**{name: P.view(sim.p, name) / P.view(self.nominal_p, name) for name in DR_PARAMS})
-            for metric, name in (("mass", "mass"), ("inertia_xx", "inertia"), ("thrust_constant", "k_f"),
-                                 ("torque_constant", "k_m"), ("motor_time_constant", "motor_tau")):
+            for metric, name in zip(DR_LOG, DR_PARAMS):
                 metrics[f"dr/{metric}"] = DR_PARAMS.view(ratio, name)[:, 0]  # inertia: its xx entry
         return StepTerms(terms, terminated, metrics)
 
@@ -251,6 +255,92 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         w.position = min(w.position * c.position_factor, c.position_cap)
         w.lin_vel = min(w.lin_vel * c.lin_vel_factor, c.lin_vel_cap)
         w.action = min(w.action * c.action_factor, c.action_cap)
+        if self._fused is not None:
+            self._fused["coefs"] = None
+
+    # ---- the fused CPU step (kernels/quadrotor_hover_numba.py) ---------------------------------
+    def _use_fused(self) -> bool:
+        return self.cfg.kernel in ("auto", "numba") and self.device.type == "cpu" and numba_available()
+
+    def _fused_views(self):
+        """NumPy views of the state the kernel updates in place (the tensors stay the source of truth)."""
+        from embodied.kernels import quadrotor_hover_numba as fk
+
+        rng = np.array([np.uint64(self.generator.initial_seed()) ^ np.uint64(0x5DEECE66D)], np.uint64)
+        return dict(kernel=fk, x=self.sim.x.numpy(), p=self.sim.p.numpy(), hist=self.actions.numpy(),
+                    ep_len=self.episode_length.numpy(), last_out=self.last_outside.numpy(),
+                    nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None,
+                    geo=np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32),
+                    log_names=[f"reward/{t}" for t in fk.LOG_TERMS] + ["distance"] + (
+                        [f"dr/{m}" for m in DR_LOG] if self.cfg.domain_randomization.enabled else []))
+
+    def _coefs(self) -> np.ndarray:
+        """The kernel's config vector; rebuilt when the curriculum moves the weights."""
+        f = self._fused
+        if f["coefs"] is not None:
+            return f["coefs"]
+        fk, cfg, w, dr, P = f["kernel"], self.cfg, self.weights, self.cfg.domain_randomization, self.params
+        c = np.zeros(fk.CONFIG_DIM, np.float32)
+        c[fk.DT], c[fk.RPM_MAX], c[fk.HOVER_ACTION] = P.dt, P.rpm_max, self.hover_action
+        c[fk.SUCCESS_RADIUS], c[fk.TERM_RADIUS] = cfg.success_radius, cfg.termination_radius
+        c[fk.MAX_STEPS], c[fk.SUCCESS_STEPS] = self.max_episode_steps, self.success_steps
+        c[fk.C_CONSTANT:fk.C_TERMINATION + 1] = [
+            w.constant, -w.scale * w.position, -w.scale * w.position_abs, -w.scale * w.orientation,
+            -w.scale * w.lin_vel, -w.scale * w.action, w.termination_penalty]
+        c[fk.INIT_POSITION:fk.INIT_GUIDANCE + 1] = [cfg.init_position, cfg.init_max_angle, cfg.init_lin_vel,
+                                                    cfg.init_ang_vel, cfg.init_guidance]
+        c[fk.NOISE:fk.NOISE + 4] = [cfg.obs_noise_position, cfg.obs_noise_orientation, cfg.obs_noise_lin_vel,
+                                    cfg.obs_noise_ang_vel]
+        c[fk.DIST_FORCE], c[fk.DIST_TORQUE], c[fk.ARM], c[fk.GRAV] = (cfg.disturbance_force, cfg.disturbance_torque,
+                                                                      ARM, GRAVITY)
+        c[fk.DR_ENABLED] = float(dr.enabled)
+        c[fk.DR_RANGE:fk.DR_RANGE + 5] = [dr.mass, dr.inertia, dr.thrust_constant, dr.torque_constant,
+                                          dr.motor_time_constant]
+        f["coefs"] = c
+        return c
+
+    def reset(self, seed: int | None = None) -> tuple[Obs, dict]:
+        if self._fused is None:
+            return super().reset(seed)
+        f = self._fused
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+            f["rng"][0] = np.uint64(int(seed)) ^ np.uint64(0x5DEECE66D)
+        pol, cri = self._obs_buffers()
+        f["kernel"].hover_reset(f["x"], f["p"], f["hist"], f["ep_len"], f["last_out"], f["nominal"], self._coefs(),
+                                f["rng"], pol, cri)
+        return {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}, {}
+
+    def _obs_buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self.num_envs
+        return np.empty((n, 18 + self.actions.shape[1]), np.float32), np.empty((n, 28), np.float32)
+
+    def step(self, action: torch.Tensor):
+        if self._fused is None:
+            return super().step(action)
+        f, n = self._fused, self.num_envs
+        action = self._check_action(action)
+        self.total_env_steps += n
+        self._advance_curriculum()
+        pol, cri = self._obs_buffers()
+        final_pol, final_cri = np.empty_like(pol), np.empty_like(cri)
+        reward, success = np.empty(n, np.float32), np.empty(n, np.float32)
+        terminated, truncated = np.empty(n, np.bool_), np.empty(n, np.bool_)
+        log = np.empty(f["kernel"].LOG_DIM)
+        num_bad, any_done = f["kernel"].hover_step(
+            action.detach().contiguous().numpy(), f["x"], f["p"], f["hist"], f["ep_len"], f["last_out"],
+            f["nominal"], self._coefs(), f["geo"], f["rng"], pol, cri, final_pol, final_cri, reward, terminated,
+            truncated, success, log)
+        self.num_nan_resets += num_bad
+        info = {"log": dict(zip(f["log_names"], log.tolist()))}
+        info["log"]["nan_resets"] = float(num_bad)
+        obs = {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}
+        if any_done:
+            info["final_info"] = {"success": torch.from_numpy(success)}
+            info["final_obs"] = {"policy": torch.from_numpy(final_pol), "critic": torch.from_numpy(final_cri)}
+        else:
+            info["final_obs"] = obs
+        return obs, torch.from_numpy(reward), torch.from_numpy(terminated), torch.from_numpy(truncated), info
 
     # ---- symmetry ----------------------------------------------------------------------------
     def symmetry_group(self) -> SymmetryGroup:
@@ -286,6 +376,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         s = super().state_dict()
         s.update(sim=self.sim.get_state(), actions=self.actions.clone(), last_outside=self.last_outside.clone(),
                  weights=dict(vars(self.weights)), total_env_steps=self.total_env_steps)
+        if self._fused is not None:
+            s["fused_rng"] = int(self._fused["rng"][0])
         return s
 
     def load_state_dict(self, state) -> None:
@@ -295,6 +387,10 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.last_outside.copy_(state["last_outside"])
         self.weights = RewardWeights(**state["weights"])
         self.total_env_steps = int(state["total_env_steps"])
+        if self._fused is not None:
+            self._fused["coefs"] = None
+            if "fused_rng" in state:
+                self._fused["rng"][0] = np.uint64(state["fused_rng"])
 
 
 register_task(
