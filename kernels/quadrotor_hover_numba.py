@@ -27,21 +27,22 @@ INIT_POSITION, INIT_MAX_ANGLE, INIT_LIN_VEL, INIT_ANG_VEL, INIT_GUIDANCE = range
 NOISE = 19  # 4 entries: position, rotation matrix, linear velocity, angular velocity std
 DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(23, 27)
 DR_ENABLED = 27
-DR_RANGE = 28  # 5 entries, in DR_PARAM_COLUMNS order
-CONFIG_DIM = 33
+DR_RANGE = 28  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
+CONFIG_DIM = 40
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 
 # ---- the log vector: batch means --------------------------------------------------------------
 LOG_TERMS = ("constant", "position", "position_abs", "orientation", "lin_vel", "action", "termination")
 L_DISTANCE = 7
-L_DR = 8  # 5 entries: parameter / nominal for DR_PARAM_COLUMNS (inertia: its xx entry)
-LOG_DIM = 13
+L_DR = 8  # 6 entries: parameter / nominal for DR_PARAM_COLUMNS (inertia: its xx entry), noise factor
+LOG_DIM = 14
 
 FASTMATH = {"nsz", "arcp", "afn"}  # no nnan / ninf (isfinite must stay honest), no contract (FMA rounds
 # differently from the two roundings of the torch reference)
 CLEAN_DIM = 18  # position 3, rotation matrix 9 (row-major), linear velocity 3, angular velocity 3
 CRITIC_DIM = 28  # clean, disturbance force / mg, torque / (mg arm), rotor speeds in [-1, 1]
+# with domain randomization the critic also sees log(factor) of the 5 parameters and of the noise std
 
 
 # ---- splitmix64 --------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def normal_pair(rng):
 
 # ---- pieces -----------------------------------------------------------------------------------
 @nb.njit(inline="always", fastmath=FASTMATH, cache=True, error_model="numpy")
-def _reset(i, x, p, hist, ep_len, last_out, nominal, c, rng):
+def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng):
     """Initial state of env ``i`` (QuadrotorHoverEnv._reset_idx and _sample_params)."""
     xi, pi = x[i], p[i]
     for j in range(3):
@@ -96,10 +97,15 @@ def _reset(i, x, p, hist, ep_len, last_out, nominal, c, rng):
         xi[13 + j] = 0.5 * c[RPM_MAX]
     for j in range(pi.shape[0]):
         pi[j] = nominal[j]
+    noise_scale[i] = 1.0
     if c[DR_ENABLED] != 0.0:
-        for k in range(5):
+        for k in range(6):
+            lo, hi = c[DR_RANGE + 2 * k], c[DR_RANGE + 2 * k + 1]
+            f = lo + (hi - lo) * uniform(rng)
+            if k == 5:
+                noise_scale[i] = f
+                continue
             col = DR_PARAM_COLUMNS[k]
-            f = 1.0 + (2.0 * uniform(rng) - 1.0) * c[DR_RANGE + k]
             pi[col] *= f
             if col == 1:  # the three inertia entries share one factor
                 pi[2] *= f
@@ -116,7 +122,7 @@ def _reset(i, x, p, hist, ep_len, last_out, nominal, c, rng):
 
 
 @nb.njit(inline="always", fastmath=FASTMATH, cache=True, error_model="numpy")
-def _observe(i, x, p, hist, c, rng, pol, cri):
+def _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri):
     """Both observation groups of env ``i`` (QuadrotorHoverEnv._observe)."""
     xi, pi, oi, ci = x[i], p[i], pol[i], cri[i]
     w, qx, qy, qz = xi[3], xi[4], xi[5], xi[6]
@@ -134,10 +140,12 @@ def _observe(i, x, p, hist, c, rng, pol, cri):
     ci[11] = one - two * (qx * qx + qy * qy)
     for j in range(6):
         ci[12 + j] = xi[7 + j]
+    f = noise_scale[i]
     for j in range(0, CLEAN_DIM, 2):  # noise std per group: position 0:3, rotation 3:12, lin 12:15, ang 15:18
         g0, g1 = normal_pair(rng)
-        oi[j] = ci[j] + g0 * c[NOISE + (0 if j < 3 else (1 if j < 12 else (2 if j < 15 else 3)))]
-        oi[j + 1] = ci[j + 1] + g1 * c[NOISE + (0 if j + 1 < 3 else (1 if j + 1 < 12 else (2 if j + 1 < 15 else 3)))]
+        oi[j] = ci[j] + g0 * (f * c[NOISE + (0 if j < 3 else (1 if j < 12 else (2 if j < 15 else 3)))])
+        oi[j + 1] = ci[j + 1] + g1 * (f * c[NOISE + (0 if j + 1 < 3 else (1 if j + 1 < 12 else (2 if j + 1 < 15
+                                                                                                 else 3)))])
     h = hist.shape[1]
     for j in range(h):
         oi[CLEAN_DIM + j] = hist[i, j]
@@ -148,11 +156,16 @@ def _observe(i, x, p, hist, c, rng, pol, cri):
     scale = np.float32(2.0 / c[RPM_MAX])
     for j in range(4):
         ci[24 + j] = xi[13 + j] * scale - one
+    if ci.shape[0] > CRITIC_DIM:  # domain randomization: the sampled plant, as log(factor)
+        for k in range(5):
+            col = DR_PARAM_COLUMNS[k]
+            ci[CRITIC_DIM + k] = math.log(pi[col] / nominal[col])
+        ci[CRITIC_DIM + 5] = math.log(f)
 
 
 # ---- the step -----------------------------------------------------------------------------------
 @nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
-def hover_step(action, x, p, hist, ep_len, last_out, nominal, c, geo, rng,
+def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, geo, rng,
                pol, cri, final_pol, final_cri, reward, terminated, truncated, success, log):
     """One control step of every env. Writes the outputs (``pol .. success``) and the batch means into
     ``log``; returns (number of envs with a numerical fault, whether any episode ended).
@@ -211,6 +224,7 @@ def hover_step(action, x, p, hist, ep_len, last_out, nominal, c, geo, rng,
             for k in range(5):
                 col = DR_PARAM_COLUMNS[k]
                 log[L_DR + k] += p[i, col] / nominal[col]
+            log[L_DR + 5] += noise_scale[i]
         finite = math.isfinite(r)
         for j in range(17):
             finite = finite and math.isfinite(xi[j])
@@ -225,7 +239,7 @@ def hover_step(action, x, p, hist, ep_len, last_out, nominal, c, geo, rng,
         truncated[i] = trunc
         any_done = any_done or term or trunc
         success[i] = 1.0 if (ep_len[i] >= c[MAX_STEPS] and ep_len[i] - last_out[i] >= c[SUCCESS_STEPS]) else 0.0
-        _observe(i, x, p, hist, c, rng, pol, cri)
+        _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)
     for j in range(log.shape[0]):
         log[j] /= n
     if any_done:
@@ -241,14 +255,14 @@ def hover_step(action, x, p, hist, ep_len, last_out, nominal, c, geo, rng,
                 for j in range(cri.shape[1]):
                     if not math.isfinite(final_cri[i, j]):
                         final_cri[i, j] = 0.0
-            _reset(i, x, p, hist, ep_len, last_out, nominal, c, rng)
-            _observe(i, x, p, hist, c, rng, pol, cri)
+            _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
+            _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)
     return num_bad, any_done
 
 
 @nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
-def hover_reset(x, p, hist, ep_len, last_out, nominal, c, rng, pol, cri):
+def hover_reset(x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pol, cri):
     """Initial states and observations of every env."""
     for i in range(x.shape[0]):
-        _reset(i, x, p, hist, ep_len, last_out, nominal, c, rng)
-        _observe(i, x, p, hist, c, rng, pol, cri)
+        _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
+        _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)

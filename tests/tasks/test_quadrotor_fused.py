@@ -32,6 +32,7 @@ def sync(ref, fused):
     ref.actions.copy_(fused.actions)
     ref.episode_length.copy_(fused.episode_length)
     ref.last_outside.copy_(fused.last_outside)
+    ref.noise_scale.copy_(fused.noise_scale)
 
 
 @pytest.mark.parametrize("kw", [
@@ -136,16 +137,16 @@ def test_observation_layout_noise_and_action_history():
 def _initial_states(kernel, n=40000, **kw):
     env = embodied.make_env("quadrotor-hover", num_envs=n, seed=7, kernel=kernel, **kw)
     env.reset(seed=7)
-    return env.sim.x.clone(), env.sim.p.clone(), env.nominal_p[0]
+    return env.sim.x.clone(), env.sim.p.clone(), env.nominal_p[0], env.noise_scale.clone()
 
 
 @pytest.mark.parametrize("kernel", ["auto", "torch"])
 def test_reset_distribution(kernel):
     """Both paths sample the documented initial-state distribution (moments of the uniform ranges, the
     rotation angle, guided starts, domain randomization factors, disturbance std)."""
-    dr = {"enabled": True, "mass": 0.25, "thrust_constant": 0.15, "motor_time_constant": 0.35, "inertia": 0.1,
-          "torque_constant": 0.1}
-    x, p, nominal = _initial_states(kernel, domain_randomization=dr)
+    dr = {"enabled": True, "mass": [0.75, 1.25], "thrust_constant": [0.85, 1.15], "motor_time_constant": [0.65, 1.35],
+          "inertia": [0.8, 3.0], "torque_constant": [0.9, 1.1], "obs_noise": [0.5, 2.5]}
+    x, p, nominal, noise_scale = _initial_states(kernel, domain_randomization=dr)
     n = x.shape[0]
     guided = (x[:, :13].abs().sum(1) == 1.0) & (x[:, 3] == 1.0)
     assert guided.float().mean().item() == pytest.approx(0.1, abs=0.006)
@@ -161,11 +162,13 @@ def test_reset_distribution(kernel):
     axis = free[:, 4:7] / free[:, 4:7].norm(dim=1, keepdim=True)
     assert axis.mean(0).abs().max() < 0.02 and axis.pow(2).mean(0).sub(1 / 3).abs().max() < 0.01  # isotropic
     assert torch.equal(x[:, 13:], torch.full((n, 4), 0.5 * 21702.0))
-    for col, r in ((0, 0.25), (1, 0.1), (4, 0.15), (5, 0.1), (6, 0.35)):
-        f = p[:, col] / nominal[col]  # U(1 - r, 1 + r)
-        assert f.min() >= 1 - r - 1e-6 and f.max() <= 1 + r + 1e-6
-        assert f.mean().item() == pytest.approx(1.0, abs=0.01 * r + 1e-4)
-        assert f.std().item() == pytest.approx(r / math.sqrt(3), rel=0.03)
+    factors = [p[:, col] / nominal[col] for col in (0, 1, 4, 5, 6)] + [noise_scale]
+    for f, key in zip(factors, ("mass", "inertia", "thrust_constant", "torque_constant", "motor_time_constant",
+                                "obs_noise")):
+        lo, hi = dr[key]  # U(lo, hi)
+        assert f.min() >= lo - 1e-6 and f.max() <= hi + 1e-6
+        assert f.mean().item() == pytest.approx((lo + hi) / 2, abs=0.005 * (hi - lo) + 1e-4)
+        assert f.std().item() == pytest.approx((hi - lo) / math.sqrt(12), rel=0.03)
     torch.testing.assert_close(p[:, 2] / nominal[2], p[:, 1] / nominal[1])  # inertia entries share a factor
     force = p[:, 7:10] / (p[:, 0:1] * 9.81)
     assert force.std().item() == pytest.approx(1 / 20, rel=0.03) and force.mean().abs().item() < 0.002

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import embodied
+from embodied.core.errors import UserError
 from embodied.kernels.quadrotor import GRAVITY
 from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
 
@@ -108,13 +109,23 @@ def test_domain_randomization_ranges_and_log():
     nominal = QuadrotorParams()
     mass = env.sim.p[:, 0] / nominal.mass
     tau = env.sim.p[:, 6] / nominal.motor_tau
-    assert 0.9 <= mass.min() < 0.92 and 1.08 < mass.max() <= 1.1
-    assert 0.8 <= tau.min() < 0.82 and 1.18 < tau.max() <= 1.2
+    inertia = env.sim.p[:, 1] / nominal.inertia[0]
+    assert 0.75 <= mass.min() < 0.77 and 1.23 < mass.max() <= 1.25  # the defaults: +-25% mass
+    assert 0.65 <= tau.min() < 0.67 and 1.33 < tau.max() <= 1.35  # +-35% motor lag
+    assert 0.8 <= inertia.min() < 0.85 and 2.9 < inertia.max() <= 3.0  # up to the l2f set's 2.9x
+    assert 0.5 <= env.noise_scale.min() < 0.55 and 2.45 < env.noise_scale.max() <= 2.5  # noise x0.5-2.5
+    # the critic sees the sampled plant as log factors (mass, inertia, k_f, k_m, motor lag, noise)
+    obs, _ = env.reset(seed=2)
+    assert obs["critic"].shape[1] == 28 + 6
+    torch.testing.assert_close(obs["critic"][:, 28], (env.sim.p[:, 0] / nominal.mass).log(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(obs["critic"][:, 33], env.noise_scale.log(), rtol=0, atol=1e-6)
     # disturbance force std = m g / 20 per axis
     std = (env.sim.p[:, 7:10] / (env.sim.p[:, :1] * GRAVITY)).std()
     assert std.item() == pytest.approx(0.05, rel=0.1)
     *_, info = env.step(torch.zeros(2000, 4))
-    assert "dr/mass" in info["log"]
+    assert {"dr/mass", "dr/obs_noise"} <= set(info["log"])
+    with pytest.raises(UserError, match="domain_randomization.mass"):
+        embodied.make_env("quadrotor-hover", domain_randomization={"enabled": True, "mass": [1.2, 0.8]})
     off = embodied.make_env("quadrotor-hover", num_envs=8, seed=2)
     off.reset()
     assert bool((off.sim.p[:, 0] == nominal.mass).all())

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
+from embodied.core.errors import UserError
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
@@ -58,16 +59,36 @@ class CurriculumConfig:
     action_cap: float = 1.0
 
 
+def _factors(lo: float, hi: float):
+    return field(default_factory=lambda: [lo, hi])
+
+
 @dataclass
 class DomainRandomizationConfig:
-    """Per-episode multiplicative ranges ``U(1 - r, 1 + r)`` on the nominal parameters."""
+    """Per-episode factors ``U(lo, hi)`` on the nominal parameters and on the observation noise std.
+
+    The ranges cover the plants the deploy side flies and the other published Crazyflie 2.1 set (the
+    ``l2f`` package's: mass 1.13x with decks, inertia 2.45-2.9x, torque constant 0.78x; reference
+    quadrotor.md 1.2); with them on, the critic also sees the sampled factors (log) of this episode."""
 
     enabled: bool = False
-    mass: float = 0.1
-    thrust_constant: float = 0.1
-    torque_constant: float = 0.1
-    motor_time_constant: float = 0.2
-    inertia: float = 0.1
+    mass: list[float] = _factors(0.75, 1.25)
+    inertia: list[float] = _factors(0.8, 3.0)  # the three entries share one factor
+    thrust_constant: list[float] = _factors(0.85, 1.15)
+    torque_constant: list[float] = _factors(0.75, 1.25)
+    motor_time_constant: list[float] = _factors(0.65, 1.35)
+    obs_noise: list[float] = _factors(0.5, 2.5)
+
+    def ranges(self) -> dict[str, tuple[float, float]]:
+        """(lo, hi) per randomized quantity, in DR_PARAMS order then ``obs_noise``; a bad range is a UserError."""
+        out = {}
+        for key, name in (("mass", "mass"), ("inertia", "inertia"), ("k_f", "thrust_constant"),
+                          ("k_m", "torque_constant"), ("motor_tau", "motor_time_constant"), ("obs_noise", "obs_noise")):
+            r = getattr(self, name)
+            if len(r) != 2 or not 0 < r[0] <= r[1]:
+                raise UserError(f"env.domain_randomization.{name} must be [lo, hi] with 0 < lo <= hi, got {list(r)}")
+            out[key] = (float(r[0]), float(r[1]))
+        return out
 
 
 @dataclass
@@ -107,7 +128,8 @@ MIRRORS = (((1.0, 1.0, 1.0), (0, 1, 2, 3)), ((1.0, -1.0, 1.0), (3, 2, 1, 0)), ((
 # one [N, 7] tensor in this layout (the logged means' summation order, and so their bits, depend on it)
 DR_PARAMS = NamedLayout(mass=1, inertia=3, k_f=1, k_m=1, motor_tau=1)
 
-DR_LOG = ("mass", "inertia_xx", "thrust_constant", "torque_constant", "motor_time_constant")  # dr/* log names
+DR_LOG = ("mass", "inertia_xx", "thrust_constant", "torque_constant", "motor_time_constant", "obs_noise")  # dr/*
+DR_CRITIC = 6  # log factors the critic sees under domain randomization (DR_LOG order)
 
 ARM = abs(ROTOR_X[0])  # [m] rotor offset along each body axis; scales disturbance torque in the critic obs
 
@@ -149,16 +171,22 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         n, h = self.num_envs, cfg.action_history
         self.actions = torch.zeros(n, h * 4, device=self.device)  # oldest first
         self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.dr_ranges = cfg.domain_randomization.ranges() if cfg.domain_randomization.enabled else None
+        self.noise_scale = torch.ones(n, device=self.device)  # per-episode factor on the observation noise std
         self.success_steps = round(cfg.success_hold_s / params.dt)
         self.obs_noise_std = torch.tensor(  # [18] per clean observation entry
             [cfg.obs_noise_position] * 3 + [cfg.obs_noise_orientation] * 9 + [cfg.obs_noise_lin_vel] * 3
             + [cfg.obs_noise_ang_vel] * 3, device=self.device)
         obs_dim = 18 + 4 * h
         self.single_observation_space = gym.spaces.Dict(
-            {"policy": box(-math.inf, math.inf, (obs_dim,)), "critic": box(-math.inf, math.inf, (28,))}
+            {"policy": box(-math.inf, math.inf, (obs_dim,)), "critic": box(-math.inf, math.inf, (self._critic_dim,))}
         )
         self.single_action_space = box(-1.0, 1.0, (4,))
         self._fused = self._fused_views() if self._use_fused() else None
+
+    @property
+    def _critic_dim(self) -> int:
+        return 28 + (DR_CRITIC if self.dr_ranges else 0)
 
     # ---- initial states ----------------------------------------------------------------------
     def _uniform(self, k: int, dim: int, scale: float) -> torch.Tensor:
@@ -182,16 +210,18 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.sim.set_params_idx(env_ids, self._sample_params(k))
         self.actions[env_ids] = 0.0  # the command that holds mid-range rpm
         self.last_outside[env_ids] = 0
+        if self.dr_ranges:
+            lo, hi = self.dr_ranges["obs_noise"]
+            self.noise_scale[env_ids] = lo + (hi - lo) * torch.rand(k, generator=self.generator, device=self.device)
 
     def _sample_params(self, k: int) -> torch.Tensor:
         P = self.sim.PARAMS
         p = self.nominal_p.repeat(k, 1)
-        dr = self.cfg.domain_randomization
-        if dr.enabled:
-            ranges = {"mass": dr.mass, "inertia": dr.inertia, "k_f": dr.thrust_constant, "k_m": dr.torque_constant,
-                      "motor_tau": dr.motor_time_constant}
+        if self.dr_ranges:
             for name in DR_PARAMS:  # one factor per parameter (all three inertia entries share theirs)
-                P.view(p, name).mul_(1.0 + self._uniform(k, 1, ranges[name]).expand(k, P.width(name)))
+                lo, hi = self.dr_ranges[name]
+                f = lo + (hi - lo) * torch.rand(k, 1, generator=self.generator, device=self.device)
+                P.view(p, name).mul_(f.expand(k, P.width(name)))
         mg = P.view(p, "mass") * GRAVITY
         for name, scale in (("force_w", self.cfg.disturbance_force), ("torque_b", self.cfg.disturbance_torque)):
             P.view(p, name)[:] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * scale
@@ -210,9 +240,15 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         rot = quat_to_rotmat(sim.quat_wb).reshape(-1, 9)
         clean = torch.cat([sim.pos_w, rot, sim.lin_vel_w, sim.ang_vel_b], 1)  # [N, 18]
         noise = torch.randn(clean.shape, generator=self.generator, device=self.device) * self.obs_noise_std
+        if self.dr_ranges:
+            noise = noise * self.noise_scale[:, None]
         mg = sim.mass * GRAVITY
-        critic = torch.cat(
-            [clean, sim.force_w / mg, sim.torque_b / (mg * ARM), sim.rpm * (2.0 / self.params.rpm_max) - 1.0], 1)
+        parts = [clean, sim.force_w / mg, sim.torque_b / (mg * ARM), sim.rpm * (2.0 / self.params.rpm_max) - 1.0]
+        if self.dr_ranges:  # the sampled plant (privileged: the critic only)
+            P = sim.PARAMS
+            parts += [(P.view(sim.p, name)[:, :1] / P.view(self.nominal_p, name)[:, :1]).log() for name in DR_PARAMS]
+            parts.append(self.noise_scale[:, None].log())
+        critic = torch.cat(parts, 1)
         return {"policy": torch.cat([clean + noise, self.actions], 1), "critic": critic}
 
     def _compute(self, action: torch.Tensor) -> StepTerms:
@@ -232,11 +268,12 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         terminated = dist > self.cfg.termination_radius
         terms["termination"] = -w.termination_penalty * terminated.float()
         metrics = {"distance": dist}
-        if self.cfg.domain_randomization.enabled:  # sampled parameters relative to nominal, logged
+        if self.dr_ranges:  # sampled parameters relative to nominal, logged
             P = sim.PARAMS
             ratio = DR_PARAMS.pack(**{name: P.view(sim.p, name) / P.view(self.nominal_p, name) for name in DR_PARAMS})
             for metric, name in zip(DR_LOG, DR_PARAMS):
                 metrics[f"dr/{metric}"] = DR_PARAMS.view(ratio, name)[:, 0]  # inertia: its xx entry
+            metrics["dr/obs_noise"] = self.noise_scale
         return StepTerms(terms, terminated, metrics)
 
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -267,19 +304,20 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         from embodied.kernels import quadrotor_hover_numba as fk
 
         rng = np.array([np.uint64(self.generator.initial_seed()) ^ np.uint64(0x5DEECE66D)], np.uint64)
-        return dict(kernel=fk, x=self.sim.x.numpy(), p=self.sim.p.numpy(), hist=self.actions.numpy(),
+        return dict(kernel=fk, x=self.sim.x.numpy(), p=self.sim.p.numpy(), noise_scale=self.noise_scale.numpy(),
+                    hist=self.actions.numpy(),
                     ep_len=self.episode_length.numpy(), last_out=self.last_outside.numpy(),
                     nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None,
                     geo=np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32),
                     log_names=[f"reward/{t}" for t in fk.LOG_TERMS] + ["distance"] + (
-                        [f"dr/{m}" for m in DR_LOG] if self.cfg.domain_randomization.enabled else []))
+                        [f"dr/{m}" for m in DR_LOG] if self.dr_ranges else []))
 
     def _coefs(self) -> np.ndarray:
         """The kernel's config vector; rebuilt when the curriculum moves the weights."""
         f = self._fused
         if f["coefs"] is not None:
             return f["coefs"]
-        fk, cfg, w, dr, P = f["kernel"], self.cfg, self.weights, self.cfg.domain_randomization, self.params
+        fk, cfg, w, P = f["kernel"], self.cfg, self.weights, self.params
         c = np.zeros(fk.CONFIG_DIM, np.float32)
         c[fk.DT], c[fk.RPM_MAX], c[fk.HOVER_ACTION] = P.dt, P.rpm_max, self.hover_action
         c[fk.SUCCESS_RADIUS], c[fk.TERM_RADIUS] = cfg.success_radius, cfg.termination_radius
@@ -293,9 +331,9 @@ class QuadrotorHoverEnv(ManagedVecEnv):
                                     cfg.obs_noise_ang_vel]
         c[fk.DIST_FORCE], c[fk.DIST_TORQUE], c[fk.ARM], c[fk.GRAV] = (cfg.disturbance_force, cfg.disturbance_torque,
                                                                       ARM, GRAVITY)
-        c[fk.DR_ENABLED] = float(dr.enabled)
-        c[fk.DR_RANGE:fk.DR_RANGE + 5] = [dr.mass, dr.inertia, dr.thrust_constant, dr.torque_constant,
-                                          dr.motor_time_constant]
+        c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
+        if self.dr_ranges:
+            c[fk.DR_RANGE:fk.DR_RANGE + 12] = [v for r in self.dr_ranges.values() for v in r]
         f["coefs"] = c
         return c
 
@@ -307,13 +345,13 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             self.generator.manual_seed(int(seed))
             f["rng"][0] = np.uint64(int(seed)) ^ np.uint64(0x5DEECE66D)
         pol, cri = self._obs_buffers()
-        f["kernel"].hover_reset(f["x"], f["p"], f["hist"], f["ep_len"], f["last_out"], f["nominal"], self._coefs(),
+        f["kernel"].hover_reset(f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"], f["nominal"], self._coefs(),
                                 f["rng"], pol, cri)
         return {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}, {}
 
     def _obs_buffers(self) -> tuple[np.ndarray, np.ndarray]:
         n = self.num_envs
-        return np.empty((n, 18 + self.actions.shape[1]), np.float32), np.empty((n, 28), np.float32)
+        return np.empty((n, 18 + self.actions.shape[1]), np.float32), np.empty((n, self._critic_dim), np.float32)
 
     def step(self, action: torch.Tensor):
         if self._fused is None:
@@ -328,7 +366,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         terminated, truncated = np.empty(n, np.bool_), np.empty(n, np.bool_)
         log = np.empty(f["kernel"].LOG_DIM)
         num_bad, any_done = f["kernel"].hover_step(
-            action.detach().contiguous().numpy(), f["x"], f["p"], f["hist"], f["ep_len"], f["last_out"],
+            action.detach().contiguous().numpy(), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"],
             f["nominal"], self._coefs(), f["geo"], f["rng"], pol, cri, final_pol, final_cri, reward, terminated,
             truncated, success, log)
         self.num_nan_resets += num_bad
@@ -349,9 +387,10 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         elements = []
         for m, perm in MIRRORS:
             kinematic = concat(mirror_vector(m, 0), mirror_rotation(m, 3), mirror_vector(m, 12), mirror_axial(m, 15))
+            plant = [permutation(range(DR_CRITIC), 28)] if self.dr_ranges else []  # scalars: invariant
             elements.append({
                 "policy": concat(kinematic, permutation(perm, 18, h)),
-                "critic": concat(kinematic, mirror_vector(m, 18), mirror_axial(m, 21), permutation(perm, 24)),
+                "critic": concat(kinematic, mirror_vector(m, 18), mirror_axial(m, 21), permutation(perm, 24), *plant),
                 "action": permutation(perm),
             })
         return SymmetryGroup(elements, self.device)
@@ -375,6 +414,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def state_dict(self) -> dict:
         s = super().state_dict()
         s.update(sim=self.sim.get_state(), actions=self.actions.clone(), last_outside=self.last_outside.clone(),
+                 noise_scale=self.noise_scale.clone(),
                  weights=dict(vars(self.weights)), total_env_steps=self.total_env_steps)
         if self._fused is not None:
             s["fused_rng"] = int(self._fused["rng"][0])
@@ -385,6 +425,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.sim.set_state(state["sim"])
         self.actions.copy_(state["actions"])
         self.last_outside.copy_(state["last_outside"])
+        if "noise_scale" in state:
+            self.noise_scale.copy_(state["noise_scale"])
         self.weights = RewardWeights(**state["weights"])
         self.total_env_steps = int(state["total_env_steps"])
         if self._fused is not None:
