@@ -345,8 +345,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             self.generator.manual_seed(int(seed))
             f["rng"][0] = np.uint64(int(seed)) ^ np.uint64(0x5DEECE66D)
         pol, cri = self._obs_buffers()
-        f["kernel"].hover_reset(f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"], f["nominal"], self._coefs(),
-                                f["rng"], pol, cri)
+        f["kernel"].hover_reset(f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"],
+                                f["nominal"], self._coefs(), f["rng"], pol, cri)
         return {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}, {}
 
     def _obs_buffers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -366,9 +366,9 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         terminated, truncated = np.empty(n, np.bool_), np.empty(n, np.bool_)
         log = np.empty(f["kernel"].LOG_DIM)
         num_bad, any_done = f["kernel"].hover_step(
-            action.detach().contiguous().numpy(), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"],
-            f["nominal"], self._coefs(), f["geo"], f["rng"], pol, cri, final_pol, final_cri, reward, terminated,
-            truncated, success, log)
+            action.detach().contiguous().numpy(), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
+            f["last_out"], f["nominal"], self._coefs(), f["geo"], f["rng"], pol, cri, final_pol, final_cri, reward,
+            terminated, truncated, success, log)
         self.num_nan_resets += num_bad
         info = {"log": dict(zip(f["log_names"], log.tolist()))}
         info["log"]["nan_resets"] = float(num_bad)
