@@ -1,187 +1,253 @@
-"""Learning to fly: wall-clock until >= 95% of 100 random initial states succeed on quadrotor-hover.
+"""Learning to fly: process wall-clock until quadrotor-hover meets the success criterion, ours vs SB3.
 
-Runs ours (``embodied train --task quadrotor-hover`` with its defaults, in a subprocess) and the
-peer, Stable-Baselines3 SAC on the same task through ``embodied.to_sb3`` (hyperparameters matched
-to ours where SB3 has them), in the same invocation, and prints one JSON object with the ratio.
-Both are judged by the same evaluator (``embodied.evaluate.evaluate``: 100 envs, one episode each,
-deterministic actions, the same initial-state seed) every ``--eval-every`` env steps.
+Criterion (all learners alike): an evaluation every 10k env steps on 100 strict random initial states
+(``embodied.evaluate.evaluate``, deterministic actions, the task's eval config: full initial-state
+distribution, frozen curriculum); the run stops at the second consecutive evaluation with >= 95%
+success (the rule ``embodied train`` applies below 200 evaluation starts), or at 300k env steps.
+The stopped policy is then evaluated once more on 100 fresh starts (another seed) and that figure is
+reported too.
 
-    python scripts/bench/bench_learning_to_fly.py [--peer-cap-s 1200] [--skip-peer] [--ours-args ...]
+Learners, each in its own process, timed from the command's start until the process exits:
+  ours      ``embodied train --task quadrotor-hover seed=S`` (defaults)
+  sb3_td3   Stable-Baselines3 TD3 on the same env through ``embodied.to_sb3``: our network sizes (actor
+            128x128, twin critics 64x64, relu), batch, learning rates, tau, gamma, n-step, exploration and
+            target noise, warm-up, 8 envs and update ratio (0.2 critic updates per env step, actor every 2nd)
+  sb3_sac   Stable-Baselines3 SAC, the same sizes, batch, learning rates, update ratio (auto entropy)
+Peers are capped at ``--peer-cap-s`` (20 min) of wall-clock.
+
+Resumable: one JSON per (learner, seed) under ``--out``; finished ones are skipped when run again
+(``--force`` redoes them). The summary (printed as JSON, also written to ``summary.json``) has the
+per-seed table, medians and the ratios of ours to each peer over the seeds both ran.
+
+    python scripts/bench/bench_learning_to_fly.py [--seeds 0 1 ... 9] [--peer-seeds 0 1 2]
+        [--learners ours sb3_td3 sb3_sac] [--out bench_results/learning_to_fly] [--ours-args k=v ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import machine_info  # noqa: E402
+
 CRITERION = 0.95
-MILESTONES = (0.05, 0.25, 0.5, 0.8, CRITERION)  # success levels timed on both sides, for a ratio short of 95%
+EVAL_EVERY = 10_000
+EVAL_EPISODES = 100
+TOTAL_STEPS = 300_000
+PASSES = 2  # consecutive evaluations at or above the criterion
+FRESH_SEED = 90_000  # + seed: the initial-state seed of the final check on fresh starts
+PEERS = ("sb3_td3", "sb3_sac")
 
 
-def milestones(curve: list) -> dict:
-    """First (env steps, train seconds) at which eval success reached each level; curve rows are
-    (env steps, success, train seconds)."""
-    out = {}
-    for level in MILESTONES:
-        hit = next((r for r in curve if r[1] >= level), None)
-        out[f"{level:.2f}"] = {"env_steps": hit[0], "train_s": hit[2]} if hit else None
-    return out
+def _passed(success: float) -> bool:
+    return success >= CRITERION - 1e-6  # 95 of 100 is 0.9499999881 as a float32 mean
 
 
-def _peak_rss_mb(pid: int, stop: threading.Event, out: list) -> None:
-    import psutil
-
-    peak = 0
-    try:
-        proc = psutil.Process(pid)
-        while not stop.is_set():
-            rss = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
-            peak = max(peak, rss)
-            time.sleep(0.05)
-    except psutil.Error:
-        pass
-    out.append(peak / 2**20)
-
-
-def run_ours(extra: list[str], timeout_s: float) -> dict:
+# ---- ours -----------------------------------------------------------------------------------------
+def run_ours(seed: int, extra: list[str], timeout_s: float) -> dict:
     run_dir = Path(tempfile.mkdtemp(prefix="l2f_ours_")) / "run"
-    cmd = [sys.executable, "-m", "embodied.cli", "train", "--task", "quadrotor-hover", "--run-dir", str(run_dir),
+    cmd = ["embodied", "train", "--task", "quadrotor-hover", "--run-dir", str(run_dir), f"seed={seed}",
            "log.progress=false", *extra]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stop, peak = threading.Event(), []
-    watcher = threading.Thread(target=_peak_rss_mb, args=(proc.pid, stop, peak))
-    watcher.start()
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        returncode, err = proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired as e:
+        returncode, err = None, (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
     wall = time.perf_counter() - t0
-    stop.set()
-    watcher.join()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval/success" in r]
-    solved = next((r for r in evals if r["eval/success"] >= CRITERION - 1e-6), None)
+    solved = next((r for r in rows if "solved/train_s" in r), None)
+    from embodied.evaluate_run import evaluate_run
+
+    fresh = evaluate_run(run_dir, episodes=EVAL_EPISODES, seed=FRESH_SEED + seed)
     return {
-        "command": " ".join(cmd[2:]),
-        "returncode": proc.returncode,
+        "learner": "ours", "seed": seed, "command": " ".join(cmd), "returncode": returncode,
         "process_wall_s": round(wall, 2),
         "solved": solved is not None,
         "solved_at_env_steps": solved["step"] if solved else None,
-        "solved_train_s": round(solved["time/train_s"], 2) if solved else None,
+        "solved_train_s": round(solved["solved/train_s"], 2) if solved else None,
+        "env_steps": evals[-1]["step"] if evals else None,
         "final_eval_success": evals[-1]["eval/success"] if evals else None,
-        "eval_curve": [(r["step"], round(r["eval/success"], 3), round(r["time/train_s"], 1)) for r in evals],
-        "peak_rss_mb": round(peak[0], 1) if peak else None,
-        "stderr_tail": err.strip().splitlines()[-1:] if proc.returncode else [],
+        "fresh_eval_success": fresh["eval/success"],
+        "eval_curve": [(r["step"], round(r["eval/success"], 3), round(r["time/wall_s"], 1)) for r in evals],
+        "stderr_tail": err.strip().splitlines()[-1:] if returncode else [],
+        "run_dir": str(run_dir),
     }
 
 
-def run_sb3_sac(cap_s: float, eval_every: int, num_envs: int, seed: int) -> dict:
+# ---- peers (run in a child process of this script: --peer NAME) ---------------------------------------
+def peer_main(name: str, seed: int, cap_s: float, out: Path) -> None:
+    """The body of a peer's process; writes its JSON to ``out``. ``t0`` is this process's start."""
+    import numpy as np
+    import psutil
     import torch
-    from stable_baselines3 import SAC
+    from stable_baselines3 import SAC, TD3
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.noise import NormalActionNoise
 
     import embodied
     from embodied.config import load_config
     from embodied.core.registry import TASKS
     from embodied.evaluate import eval_seed, evaluate, make_eval_env
 
-    run_cfg = load_config("quadrotor-hover", overrides=[f"seed={seed}"])  # ours: the same task config and eval
-    env = embodied.to_sb3(TASKS.get(run_cfg.task).make(run_cfg.env, num_envs=num_envs, device="cpu", seed=seed))
-    eval_env = make_eval_env(run_cfg, num_envs=100)
-    model = SAC("MlpPolicy", env, learning_rate=1e-3, buffer_size=300_000, learning_starts=5000, batch_size=128,
-                gamma=0.99, tau=0.005, train_freq=1, gradient_steps=2, target_entropy=-4.0,
-                policy_kwargs={"net_arch": [64, 64]}, seed=seed, device="cpu", verbose=0)
+    t_start = psutil.Process().create_time()
+    torch.set_num_threads(1)  # as ours (torch_threads: 1)
+    cfg = load_config("quadrotor-hover", overrides=[f"seed={seed}"])  # ours: the same task config, sizes, eval
+    algo = cfg.algo_config
+    n = cfg.num_envs
+    env = embodied.to_sb3(TASKS.get(cfg.task).make(cfg.env, num_envs=n, device="cpu", seed=seed))
+    eval_env = make_eval_env(cfg, num_envs=EVAL_EPISODES)
+    # 0.2 critic updates per env step: SB3 trains every train_freq vector steps (n env steps each)
+    train_freq = 5
+    grad_steps = round(algo.updates_per_step * n * train_freq)
+    common = dict(learning_rate=algo.lr_critic, buffer_size=TOTAL_STEPS, learning_starts=algo.warmup_steps,
+                  batch_size=algo.batch_size, tau=algo.tau, gamma=algo.gamma, train_freq=train_freq,
+                  gradient_steps=grad_steps, n_steps=algo.n_step, seed=seed, device="cpu", verbose=0,
+                  policy_kwargs={"activation_fn": torch.nn.ReLU, "net_arch": {
+                      "pi": list(cfg.policy.actor_hidden), "qf": list(cfg.policy.critic_hidden)}})
+    if name == "sb3_td3":
+        model = TD3("MlpPolicy", env, policy_delay=algo.actor_every, target_policy_noise=algo.target_noise,
+                    target_noise_clip=algo.target_noise_clip,
+                    action_noise=NormalActionNoise(np.zeros(4), np.full(4, algo.exploration_noise)), **common)
+    else:
+        model = SAC("MlpPolicy", env, **common)
+    config = (f"{type(model).__name__} MlpPolicy pi {list(cfg.policy.actor_hidden)} "
+              f"qf {list(cfg.policy.critic_hidden)} relu, batch {algo.batch_size}, lr {algo.lr_critic}, "
+              f"tau {algo.tau}, gamma {algo.gamma}, n_steps {algo.n_step}, learning_starts {algo.warmup_steps}, "
+              f"{n} envs, train_freq {train_freq} x gradient_steps {grad_steps} "
+              f"(= {grad_steps / (n * train_freq):.2f} per env step)")
 
     class Judge(BaseCallback):
         def __init__(self):
             super().__init__()
-            self.train_s, self.t0, self.next_eval, self.curve, self.solved = 0.0, None, eval_every, [], None
-
-        def _on_training_start(self):
-            self.t0 = time.perf_counter()
+            self.next_eval, self.curve, self.passes, self.solved = EVAL_EVERY, [], 0, None
 
         def _on_step(self) -> bool:
+            if time.time() - t_start > cap_s or self.num_timesteps >= TOTAL_STEPS:
+                return False
             if self.num_timesteps < self.next_eval:
-                return self.train_s + time.perf_counter() - self.t0 < cap_s
-            self.train_s += time.perf_counter() - self.t0
-            self.next_eval += eval_every
+                return True
+            self.next_eval += EVAL_EVERY
 
             def act(obs):
                 action, _ = self.model.predict(obs.numpy(), deterministic=True)
                 return torch.as_tensor(action)
 
-            res = evaluate(act, eval_env, seed=eval_seed(run_cfg))
-            self.curve.append((self.num_timesteps, round(res["eval/success"], 3), round(self.train_s, 1)))
-            self.t0 = time.perf_counter()
-            if res["eval/success"] >= CRITERION - 1e-6:
-                self.solved = (self.num_timesteps, self.train_s)
+            res = evaluate(act, eval_env, seed=eval_seed(cfg))
+            self.curve.append((self.num_timesteps, round(res["eval/success"], 3), round(time.time() - t_start, 1)))
+            self.passes = self.passes + 1 if _passed(res["eval/success"]) else 0
+            if self.passes >= PASSES:
+                self.solved = self.num_timesteps
                 return False
-            return self.train_s < cap_s
+            return True
 
     judge = Judge()
-    t0 = time.perf_counter()
-    model.learn(total_timesteps=10**9, callback=judge)
-    return {
-        "config": "SB3 SAC MlpPolicy net_arch [64,64], batch 128, lr 1e-3, learning_starts 5000, "
-                  f"train_freq 1 x {num_envs} envs, gradient_steps 2, target_entropy -4",
-        "process_wall_s": round(time.perf_counter() - t0, 2),
-        "cap_s": cap_s,
-        "solved": judge.solved is not None,
-        "solved_at_env_steps": judge.solved[0] if judge.solved else None,
-        "solved_train_s": round(judge.solved[1], 2) if judge.solved else None,
+    model.learn(total_timesteps=TOTAL_STEPS + n, callback=judge)
+
+    def act(obs):
+        action, _ = model.predict(obs.numpy(), deterministic=True)
+        return torch.as_tensor(action)
+
+    fresh = evaluate(act, eval_env, seed=FRESH_SEED + seed)
+    out.write_text(json.dumps({
+        "learner": name, "seed": seed, "config": config, "cap_s": cap_s,
+        "solved": judge.solved is not None, "solved_at_env_steps": judge.solved,
         "env_steps": int(model.num_timesteps),
         "final_eval_success": judge.curve[-1][1] if judge.curve else None,
+        "fresh_eval_success": fresh["eval/success"],
         "eval_curve": judge.curve,
-    }
+        "capped": judge.solved is None and time.time() - t_start > cap_s,
+    }))
+
+
+def run_peer(name: str, seed: int, cap_s: float) -> dict:
+    out = Path(tempfile.mkdtemp(prefix=f"l2f_{name}_")) / "result.json"
+    cmd = [sys.executable, __file__, "--peer", name, "--seeds", str(seed), "--peer-cap-s", str(cap_s),
+           "--out", str(out)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cap_s + 600)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        return {"learner": name, "seed": seed, "error": proc.stderr.strip().splitlines()[-3:],
+                "process_wall_s": round(wall, 2)}
+    return {**json.loads(out.read_text()), "process_wall_s": round(wall, 2)}
+
+
+# ---- summary ------------------------------------------------------------------------------------
+def summarize(results: dict[tuple[str, int], dict]) -> dict:
+    out: dict = {}
+    learners = sorted({k[0] for k in results}, key=lambda s: (s != "ours", s))
+    for name in learners:
+        runs = [results[k] for k in sorted(results) if k[0] == name]
+        walls = [r["process_wall_s"] for r in runs if r.get("solved")]
+        out[name] = {
+            "table": [{k: r.get(k) for k in ("seed", "solved", "solved_at_env_steps", "process_wall_s",
+                                             "final_eval_success", "fresh_eval_success")} for r in runs],
+            "solved": f"{sum(bool(r.get('solved')) for r in runs)} of {len(runs)}",
+            "fresh_eval_at_least_95": f"{sum((r.get('fresh_eval_success') or 0) >= CRITERION - 1e-6 for r in runs)} "
+                                      f"of {len(runs)}",
+            "median_process_wall_s": statistics.median(r["process_wall_s"] for r in runs) if runs else None,
+            "max_process_wall_s": max(r["process_wall_s"] for r in runs) if runs else None,
+            "median_solved_process_wall_s": statistics.median(walls) if walls else None,
+        }
+    ours = {k[1]: v for k, v in results.items() if k[0] == "ours"}
+    for name in PEERS:
+        peer = {k[1]: v for k, v in results.items() if k[0] == name}
+        common = sorted(set(ours) & set(peer))
+        if common:
+            # an unsolved (capped) peer counts with its wall-clock: the ratio is then an upper bound
+            o = statistics.median(ours[s]["process_wall_s"] for s in common)
+            p = statistics.median(peer[s]["process_wall_s"] for s in common)
+            out[f"ratio_ours_over_{name}_median_process_wall"] = {
+                "seeds": common, "ratio": round(o / p, 4),
+                "peer_solved_all": all(peer[s].get("solved") for s in common)}
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--peer-cap-s", type=float, default=1200.0, help="training-time cap for SB3 (20 min)")
-    ap.add_argument("--ours-timeout-s", type=float, default=900.0)
-    ap.add_argument("--skip-peer", action="store_true")
-    ap.add_argument("--eval-every", type=int, default=10_000, help="env steps between evaluations (both sides)")
-    ap.add_argument("--ours-args", nargs="*", default=[], help="extra overrides for ours (default: none)")
-    ap.add_argument("--ours-seeds", type=int, nargs="*", default=[0],
-                    help="seeds for ours, run one after another; the first (0, the default) is compared with the peer")
+    ap.add_argument("--seeds", type=int, nargs="*", default=list(range(10)), help="seeds for ours")
+    ap.add_argument("--peer-seeds", type=int, nargs="*", default=[0, 1, 2])
+    ap.add_argument("--learners", nargs="*", default=["ours", *PEERS])
+    ap.add_argument("--peer-cap-s", type=float, default=1200.0, help="wall-clock cap per peer run (20 min)")
+    ap.add_argument("--ours-timeout-s", type=float, default=1800.0)
+    ap.add_argument("--ours-args", nargs="*", default=[], help="extra overrides for ours")
+    ap.add_argument("--out", default="bench_results/learning_to_fly")
+    ap.add_argument("--force", action="store_true", help="redo finished (learner, seed) runs")
+    ap.add_argument("--peer", default=None, help=argparse.SUPPRESS)  # internal: run one peer in this process
     args = ap.parse_args()
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    result = {"benchmark": "learning_to_fly", "criterion": f">= {CRITERION:.0%} of 100 random initial states",
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}}
-    runs = [run_ours([f"seed={seed}", f"log.eval_every={args.eval_every}", *args.ours_args], args.ours_timeout_s)
-            for seed in args.ours_seeds]
-    result["ours"] = runs[0]
-    if len(runs) > 1:
-        times = [r["solved_train_s"] for r in runs if r["solved"]]
-        result["ours_seeds"] = {
-            "seeds": args.ours_seeds, "solved": sum(r["solved"] for r in runs),
-            "solved_train_s": [r["solved_train_s"] for r in runs],
-            "solved_at_env_steps": [r["solved_at_env_steps"] for r in runs],
-            "process_wall_s": [r["process_wall_s"] for r in runs],
-            "median_solved_train_s": statistics.median(times) if len(times) == len(runs) else None}
-    if not args.skip_peer:
-        result["sb3_sac"] = run_sb3_sac(args.peer_cap_s, args.eval_every, num_envs=8, seed=0)
-        o, p = result["ours"], result["sb3_sac"]
-        o["milestones"], p["milestones"] = milestones(o["eval_curve"]), milestones(p["eval_curve"])
-        result["milestone_ratio_ours_over_sb3_train_s"] = {
-            k: (round(o["milestones"][k]["train_s"] / p["milestones"][k]["train_s"], 4)
-                if o["milestones"][k] and p["milestones"][k] else None) for k in o["milestones"]}
-        if o["solved"]:
-            peer_time = p["solved_train_s"] if p["solved"] else p["cap_s"]
-            result["ratio_ours_over_sb3_train_s"] = round(o["solved_train_s"] / peer_time, 4)
-            result["ratio_is_upper_bound"] = not p["solved"]  # peer capped: true ratio is smaller
-    print(json.dumps(result, indent=1))
+    if args.peer:
+        return peer_main(args.peer, args.seeds[0], args.peer_cap_s, Path(args.out))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [("ours", s) for s in args.seeds if "ours" in args.learners]
+    jobs += [(p, s) for p in PEERS if p in args.learners for s in args.peer_seeds]
+    for name, seed in jobs:
+        path = out / f"{name}_seed{seed}.json"
+        if path.exists() and not args.force:
+            continue
+        print(f"running {name} seed {seed}", file=sys.stderr, flush=True)
+        res = run_ours(seed, args.ours_args, args.ours_timeout_s) if name == "ours" else run_peer(
+            name, seed, args.peer_cap_s)
+        path.write_text(json.dumps(res, indent=1))
+    results = {}
+    for path in out.glob("*_seed*.json"):
+        r = json.loads(path.read_text())
+        results[(r["learner"], r["seed"])] = r
+    summary = {"benchmark": "learning_to_fly", "machine": machine_info(),
+               "criterion": f"{PASSES} consecutive evaluations with >= {CRITERION:.0%} of {EVAL_EPISODES} strict "
+                            f"random starts (every {EVAL_EVERY} env steps), within {TOTAL_STEPS} env steps",
+               "ours_args": args.ours_args, **summarize(results)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ Measured, in ns per env-step (median over repetitions), for N in 1, 64, 1024, 16
         sim_torch   ``QuadrotorSim.step`` with the plain-torch reference kernel
         task_step   ``make_env("quadrotor-hover", num_envs=N).step(action)``: physics, reward
                     terms, termination, truncation, same-step reset with final_obs, observations
+                    (on CPU the fused numba kernel, kernels/quadrotor_hover_numba.py)
+        task_step_torch  the same with ``kernel=torch`` (the tensor reference, the CUDA path)
   l2f   step        ``V.step`` alone (RLtools L2F C++ simulator bindings, PyPI ``l2f``)
         full_loop   step, reward, terminated, time limit, final observe where some env is done,
                     reset-if-done (parameters and state), observe: like for like with task_step
@@ -106,9 +108,9 @@ def bench_sim(n: int, kernel: str, target_s: float, reps: int) -> Timing:
     return time_per_call(step, target_s, reps)
 
 
-def bench_task(n: int, target_s: float, reps: int) -> tuple[Timing, float]:
+def bench_task(n: int, target_s: float, reps: int, kernel: str = "auto") -> tuple[Timing, float]:
     """Time per call of the full task step, and the fraction of env-steps that ended an episode."""
-    env = embodied.make_env("quadrotor-hover", num_envs=n, seed=0)
+    env = embodied.make_env("quadrotor-hover", num_envs=n, seed=0, kernel=kernel)
     env.reset()
     g = torch.Generator().manual_seed(0)
     action = (env.hover_action + 0.05 * torch.randn(n, 4, generator=g)).clamp(-1, 1)
@@ -248,6 +250,7 @@ def run(quick: bool) -> dict:
         ours.add("sim_torch", n, bench_sim(n, "torch", target_s, reps))
         timing, done_fraction[str(n)] = bench_task(n, target_s, reps)
         ours.add("task_step", n, timing)
+        ours.add("task_step_torch", n, bench_task(n, target_s, reps, kernel="torch")[0])
     peer, peer_table = bench_l2f(sizes, target_s, reps)
     l2f = None
     if peer["available"]:
@@ -258,9 +261,12 @@ def run(quick: bool) -> dict:
         "sim_numba_over_l2f_step": {k: _ratio(v, step.get(k)) for k, v in ours.cpu["sim_numba"].items()},
         "sim_torch_over_l2f_step": {k: _ratio(v, step.get(k)) for k, v in ours.cpu["sim_torch"].items()},
         "task_step_over_l2f_full_loop": {k: _ratio(v, loop.get(k)) for k, v in ours.cpu["task_step"].items()},
+        "task_step_torch_over_l2f_full_loop": {k: _ratio(v, loop.get(k))
+                                               for k, v in ours.cpu["task_step_torch"].items()},
     }
     # at N = 1 the time per call is almost all fixed per-call cost (Python, dispatch, allocation)
-    per_call = {name: ours.cpu[name]["1"] / 1e3 for name in ("sim_numba", "sim_torch", "task_step")}
+    per_call = {name: ours.cpu[name]["1"] / 1e3 for name in ("sim_numba", "sim_torch", "task_step",
+                                                               "task_step_torch")}
     if l2f is not None:
         per_call["l2f_step"] = step["1"] / 1e3 if step.get("1") is not None else None
         per_call["l2f_full_loop"] = loop["1"] / 1e3 if loop.get("1") is not None else None
@@ -288,7 +294,9 @@ def run(quick: bool) -> dict:
         "ratio_ours_over_l2f": ratios,
         "per_call_us_at_N1": per_call,
         "notes": {
-            "task_step": "make_env('quadrotor-hover').step: physics + reward terms + termination + "
+            "task_step_torch": "the same step on the tensor reference path (kernel=torch; the CUDA path)",
+            "task_step": "make_env('quadrotor-hover').step (the default, on CPU one fused numba kernel: "
+            "kernels/quadrotor_hover_numba.py): physics + reward terms + termination + "
             "truncation + same-step reset with final_obs + actor (82: 18 + 16 x 4 past actions) and critic (28) "
             "observations",
             "l2f_full_loop": "step + reward + terminated + time limit + observe(final) when any done + "
