@@ -109,3 +109,21 @@ def test_ppo_pendulum_default_run_keeps_its_best_policy(tmp_path, seed):
     noise = 2.0 * math.hypot(best["eval/return_std"], final["eval/return_std"]) / math.sqrt(n)
     assert final["eval/return"] >= best["eval/return"] - noise, (final, best, noise)
     assert summary["eval/return"] == final["eval/return"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_quadrotor_hover_default_run_meets_the_criterion(tmp_path, seed):
+    # `embodied train --task quadrotor-hover seed=S` as a new user runs it (configs/quadrotor-hover.yaml): the
+    # run stops on the criterion (two evaluations in a row with >= 95% of 100 strict random starts) within its
+    # 300k env steps, and the policy it stopped with (the one load_policy and export read) flies 100 fresh
+    # starts it never saw (another initial-state seed) at the floor or better.
+    from embodied.evaluate_run import evaluate_run
+
+    summary = run("quadrotor-hover", [f"seed={seed}", "log.checkpoint_every=100000"], tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("solved/train_s" in r for r in rows), [r["eval/success"] for r in rows if "eval/success" in r]
+    assert summary["step"] < 300_000
+    fresh = evaluate_run(tmp_path / "run", episodes=100, seed=90_000 + seed)
+    assert fresh["step"] == summary["step"]
+    assert fresh["eval/success"] >= FLOORS["quadrotor_hover_fresh_success"], fresh

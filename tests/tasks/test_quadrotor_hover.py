@@ -64,8 +64,8 @@ def test_reward_terms_at_hover_equal_the_constant():
     torch.testing.assert_close(reward, torch.full((3,), 2.0), atol=1e-5, rtol=0)
     env.sim.x[0, 0:3] = torch.tensor([0.1, 0.2, 0.0])
     _, reward, *_ = env.step(torch.full((3, 4), HOVER))
-    # |p|^2 = 0.05, plus the default |p| term (weight 4)
-    assert reward[0].item() == pytest.approx(2 - 0.5 * 5 * 0.05 - 0.5 * 4 * math.sqrt(0.05), abs=2e-4)
+    # |p|^2 = 0.05, plus the default |p| term (weight 10)
+    assert reward[0].item() == pytest.approx(2 - 0.5 * 5 * 0.05 - 0.5 * 10 * math.sqrt(0.05), abs=2e-4)
 
 
 def test_position_abs_term():
