@@ -86,9 +86,9 @@ def test_success_and_reward_terms_at_hover():
     assert truncated.all() and not terminated.any()
     assert info["final_info"]["success"].tolist() == [1.0, 1.0]
     assert info["log"]["reward/constant"] == 2.0
-    # env 1 keeps 0.05 m off: position terms 0.5 (5 * 0.05^2 + 4 * 0.05) / 2 envs on average
+    # env 1 keeps 0.05 m off: position terms 0.5 (5 * 0.05^2 + 10 * 0.05) / 2 envs on average
     assert info["log"]["reward/position"] == pytest.approx(-0.5 * 5 * 0.05 ** 2 / 2, rel=2e-3)
-    assert info["log"]["reward/position_abs"] == pytest.approx(-0.5 * 4 * 0.05 / 2, rel=2e-3)
+    assert info["log"]["reward/position_abs"] == pytest.approx(-0.5 * 10 * 0.05 / 2, rel=2e-3)
 
 
 def test_numerical_fault_is_counted_truncated_and_reset():
