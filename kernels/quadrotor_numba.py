@@ -1,9 +1,24 @@
-"""The numba CPU kernel of ``kernels/quadrotor.py`` (imported on first use, numba being optional).
+"""The numba CPU kernels of the quadrotor: the RK4 step of ``kernels/quadrotor.py`` and the fused
+quadrotor-hover task step.
 
 Module-level functions with no captured constants, so ``cache=True`` reuses the compiled code across
 processes (a closure recompiled on every run: ~3 s per training start). Rotor geometry and gravity
-come in as the array ``geo = [x0..x3, y0..y3, dir0..dir3, g]``.
+come in as the array ``geo = [x0..x3, y0..y3, dir0..dir3, g]``. Both kernels live in this one file on
+purpose: numba's on-disk cache checks only the file a cached function is defined in, so a fused step
+inlining physics from another file would keep running stale physics after an edit there.
+
+The fused quadrotor-hover step (``hover_step``, ``hover_reset``): physics, reward terms, termination,
+truncation, numerical-fault recovery, same-step reset and both observation groups in one pass over the
+batch. The torch reference is ``QuadrotorHoverEnv`` with ``kernel=torch`` (``embodied/tasks/quadrotor/hover.py``
+and ``ManagedVecEnv.step``); this kernel computes the same MDP with one call per step instead of ~100
+small tensor ops (tests/tasks/test_quadrotor_fused.py checks every term against it). Random numbers come
+from a splitmix64 stream whose state (``rng``, uint64 ``[1]``) the env owns and checkpoints, so the two
+paths draw different noise and initial states from the same distributions. Scalars come in as the
+float32 vector ``c`` (indices below), so the compiled code is shared by every configuration. Its
+fast-math flags leave out ``nnan``/``ninf``: the fault check must see NaN and inf.
 """
+
+import math
 
 import numba as nb
 import numpy as np
@@ -85,3 +100,254 @@ def rk4_inplace(x, p, u, dt, geo):
     tmp = np.empty(17, np.float32)
     for i in range(x.shape[0]):
         rk4_one(x[i], p[i], u[i], dt, geo, k1, k2, k3, k4, tmp)
+
+
+# ==== the fused quadrotor-hover step =============================================================
+# ---- indices into the config vector ``c`` (float32) ---------------------------------------------
+DT, RPM_MAX, HOVER_ACTION, SUCCESS_RADIUS, TERM_RADIUS, MAX_STEPS, SUCCESS_STEPS = range(7)
+# reward coefficients as the reference computes them: -scale * weight (constant and termination as is)
+C_CONSTANT, C_POSITION, C_POSITION_ABS, C_ORIENTATION, C_LIN_VEL, C_ACTION, C_TERMINATION = range(7, 14)
+INIT_POSITION, INIT_MAX_ANGLE, INIT_LIN_VEL, INIT_ANG_VEL, INIT_GUIDANCE = range(14, 19)
+NOISE = 19  # 4 entries: position, rotation matrix, linear velocity, angular velocity std
+DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(23, 27)
+DR_ENABLED = 27
+DR_RANGE = 28  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
+CONFIG_DIM = 40
+# parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
+DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
+
+# ---- the log vector: batch means --------------------------------------------------------------
+LOG_TERMS = ("constant", "position", "position_abs", "orientation", "lin_vel", "action", "termination")
+L_DISTANCE = 7
+L_DR = 8  # 6 entries: parameter / nominal for DR_PARAM_COLUMNS (inertia: its xx entry), noise factor
+LOG_DIM = 14
+
+FASTMATH = {"nsz", "arcp", "afn"}  # no nnan / ninf (isfinite must stay honest), no contract (FMA rounds
+# differently from the two roundings of the torch reference)
+CLEAN_DIM = 18  # position 3, rotation matrix 9 (row-major), linear velocity 3, angular velocity 3
+CRITIC_DIM = 28  # clean, disturbance force / mg, torque / (mg arm), rotor speeds in [-1, 1]
+# with domain randomization the critic also sees log(factor) of the 5 parameters and of the noise std
+
+
+# ---- splitmix64 --------------------------------------------------------------------------------
+@nb.njit(inline="always", cache=True)
+def _next(rng):
+    z = rng[0] + np.uint64(0x9E3779B97F4A7C15)
+    rng[0] = z
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@nb.njit(inline="always", cache=True)
+def uniform(rng):
+    """U[0, 1) with 53 random bits."""
+    return np.float64(_next(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@nb.njit(inline="always", cache=True)
+def normal_pair(rng):
+    """Two independent N(0, 1) by Box-Muller, from one 64-bit draw (two 32-bit uniforms, float32 math)."""
+    z = _next(rng)
+    u1 = np.float32((z >> np.uint64(40)) + np.uint64(1)) * np.float32(1.0 / 16777216.0)  # (0, 1], 24 bits
+    u2 = np.float32((z >> np.uint64(8)) & np.uint64(0xFFFFFF)) * np.float32(1.0 / 16777216.0)  # [0, 1)
+    r = math.sqrt(np.float32(-2.0) * math.log(u1))
+    t = np.float32(2.0 * math.pi) * u2
+    return r * math.cos(t), r * math.sin(t)
+
+
+# ---- pieces -----------------------------------------------------------------------------------
+@nb.njit(inline="always", fastmath=FASTMATH, cache=True, error_model="numpy")
+def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng):
+    """Initial state of env ``i`` (QuadrotorHoverEnv._reset_idx and _sample_params)."""
+    xi, pi = x[i], p[i]
+    for j in range(3):
+        xi[j] = (2.0 * uniform(rng) - 1.0) * c[INIT_POSITION]
+    ax, ay = normal_pair(rng)
+    az, g0 = normal_pair(rng)
+    norm = max(math.sqrt(ax * ax + ay * ay + az * az), 1e-9)
+    half = 0.5 * uniform(rng) * c[INIT_MAX_ANGLE]
+    s = math.sin(half) / norm
+    xi[3], xi[4], xi[5], xi[6] = math.cos(half), ax * s, ay * s, az * s
+    for j in range(3):
+        xi[7 + j] = (2.0 * uniform(rng) - 1.0) * c[INIT_LIN_VEL]
+    for j in range(3):
+        xi[10 + j] = (2.0 * uniform(rng) - 1.0) * c[INIT_ANG_VEL]
+    if uniform(rng) < c[INIT_GUIDANCE]:  # level at rest at the set-point
+        for j in range(13):
+            xi[j] = 0.0
+        xi[3] = 1.0
+    for j in range(4):
+        xi[13 + j] = 0.5 * c[RPM_MAX]
+    for j in range(pi.shape[0]):
+        pi[j] = nominal[j]
+    noise_scale[i] = 1.0
+    if c[DR_ENABLED] != 0.0:
+        for k in range(6):
+            lo, hi = c[DR_RANGE + 2 * k], c[DR_RANGE + 2 * k + 1]
+            f = lo + (hi - lo) * uniform(rng)
+            if k == 5:
+                noise_scale[i] = f
+                continue
+            col = DR_PARAM_COLUMNS[k]
+            pi[col] *= f
+            if col == 1:  # the three inertia entries share one factor
+                pi[2] *= f
+                pi[3] *= f
+    mg = pi[0] * c[GRAV]
+    g1, g2 = normal_pair(rng)
+    g3, g4 = normal_pair(rng)
+    pi[7], pi[8], pi[9] = g0 * mg * c[DIST_FORCE], g1 * mg * c[DIST_FORCE], g2 * mg * c[DIST_FORCE]
+    pi[10], pi[11], pi[12] = g3 * mg * c[DIST_TORQUE], g4 * mg * c[DIST_TORQUE], normal_pair(rng)[0] * mg * c[
+        DIST_TORQUE]
+    hist[i, :] = 0.0
+    last_out[i] = 0
+    ep_len[i] = 0
+
+
+@nb.njit(inline="always", fastmath=FASTMATH, cache=True, error_model="numpy")
+def _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri):
+    """Both observation groups of env ``i`` (QuadrotorHoverEnv._observe)."""
+    xi, pi, oi, ci = x[i], p[i], pol[i], cri[i]
+    w, qx, qy, qz = xi[3], xi[4], xi[5], xi[6]
+    two = np.float32(2.0)
+    one = np.float32(1.0)
+    ci[0], ci[1], ci[2] = xi[0], xi[1], xi[2]
+    ci[3] = one - two * (qy * qy + qz * qz)
+    ci[4] = two * (qx * qy - w * qz)
+    ci[5] = two * (qx * qz + w * qy)
+    ci[6] = two * (qx * qy + w * qz)
+    ci[7] = one - two * (qx * qx + qz * qz)
+    ci[8] = two * (qy * qz - w * qx)
+    ci[9] = two * (qx * qz - w * qy)
+    ci[10] = two * (qy * qz + w * qx)
+    ci[11] = one - two * (qx * qx + qy * qy)
+    for j in range(6):
+        ci[12 + j] = xi[7 + j]
+    f = noise_scale[i]
+    for j in range(0, CLEAN_DIM, 2):  # noise std per group: position 0:3, rotation 3:12, lin 12:15, ang 15:18
+        g0, g1 = normal_pair(rng)
+        oi[j] = ci[j] + g0 * (f * c[NOISE + (0 if j < 3 else (1 if j < 12 else (2 if j < 15 else 3)))])
+        oi[j + 1] = ci[j + 1] + g1 * (f * c[NOISE + (0 if j + 1 < 3 else (1 if j + 1 < 12 else (2 if j + 1 < 15
+                                                                                                 else 3)))])
+    h = hist.shape[1]
+    for j in range(h):
+        oi[CLEAN_DIM + j] = hist[i, j]
+    mg = pi[0] * np.float32(c[GRAV])
+    for j in range(3):
+        ci[18 + j] = pi[7 + j] / mg
+        ci[21 + j] = pi[10 + j] / (mg * np.float32(c[ARM]))
+    scale = np.float32(2.0 / c[RPM_MAX])
+    for j in range(4):
+        ci[24 + j] = xi[13 + j] * scale - one
+    if ci.shape[0] > CRITIC_DIM:  # domain randomization: the sampled plant, as log(factor)
+        for k in range(5):
+            col = DR_PARAM_COLUMNS[k]
+            ci[CRITIC_DIM + k] = math.log(pi[col] / nominal[col])
+        ci[CRITIC_DIM + 5] = math.log(f)
+
+
+# ---- the step -----------------------------------------------------------------------------------
+@nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
+def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt, geo, rng,
+               pol, cri, final_pol, final_cri, reward, terminated, truncated, success, log):
+    """One control step of every env. Writes the outputs (``pol .. success``) and the batch means into
+    ``log``; returns (number of envs with a numerical fault, whether any episode ended).
+    ``final_pol/final_cri`` hold the observations before the reset, valid when an episode ended; ``dt``
+    [s] comes as a float64 (the RK4 weights rounded once, as the reference rounds them)."""
+    n, h = x.shape[0], hist.shape[1]
+    k1 = np.empty(17, np.float32)
+    k2 = np.empty(17, np.float32)
+    k3 = np.empty(17, np.float32)
+    k4 = np.empty(17, np.float32)
+    tmp = np.empty(17, np.float32)
+    a = np.empty(4, np.float32)
+    u = np.empty(4, np.float32)
+    log[:] = 0.0
+    rpm_max = np.float32(c[RPM_MAX])
+    half_range = np.float32(0.5 * c[RPM_MAX])
+    hover = np.float32(c[HOVER_ACTION])
+    num_bad = 0
+    any_done = False
+    for i in range(n):
+        xi = x[i]
+        for j in range(4):
+            a[j] = min(max(action[i, j], np.float32(-1.0)), np.float32(1.0))
+        for j in range(h - 4):
+            hist[i, j] = hist[i, j + 4]
+        for j in range(4):
+            hist[i, h - 4 + j] = a[j]
+            u[j] = min(max((a[j] + np.float32(1.0)) * half_range, np.float32(0.0)), rpm_max)
+        rk4_one(xi, p[i], u, dt, geo, k1, k2, k3, k4, tmp)
+        ep_len[i] += 1
+        d2 = xi[0] * xi[0] + xi[1] * xi[1] + xi[2] * xi[2]
+        dist = np.float32(math.sqrt(d2))
+        if dist > c[SUCCESS_RADIUS]:
+            last_out[i] = ep_len[i]
+        v2 = xi[7] * xi[7] + xi[8] * xi[8] + xi[9] * xi[9]
+        da = np.float32(0.0)
+        for j in range(4):
+            da += (a[j] - hover) * (a[j] - hover)
+        term = dist > c[TERM_RADIUS]
+        t0 = np.float32(c[C_CONSTANT])
+        t1 = np.float32(c[C_POSITION]) * d2
+        t2 = np.float32(c[C_POSITION_ABS]) * dist
+        t3 = np.float32(c[C_ORIENTATION]) * (np.float32(1.0) - xi[3] * xi[3])
+        t4 = np.float32(c[C_LIN_VEL]) * v2
+        t5 = np.float32(c[C_ACTION]) * da
+        t6 = -np.float32(c[C_TERMINATION]) * np.float32(1.0 if term else 0.0)
+        r = np.float32(0.0) + t0 + t1 + t2 + t3 + t4 + t5 + t6
+        log[0] += t0
+        log[1] += t1
+        log[2] += t2
+        log[3] += t3
+        log[4] += t4
+        log[5] += t5
+        log[6] += t6
+        log[L_DISTANCE] += dist
+        if c[DR_ENABLED] != 0.0:
+            for k in range(5):
+                col = DR_PARAM_COLUMNS[k]
+                log[L_DR + k] += p[i, col] / nominal[col]
+            log[L_DR + 5] += noise_scale[i]
+        finite = math.isfinite(r)
+        for j in range(17):
+            finite = finite and math.isfinite(xi[j])
+        trunc = ep_len[i] >= c[MAX_STEPS]
+        if not finite:  # ends as truncated (no bootstrap from garbage), reward zeroed, counted
+            num_bad += 1
+            r = np.float32(0.0)
+            term = False
+            trunc = True
+        reward[i] = r
+        terminated[i] = term
+        truncated[i] = trunc
+        any_done = any_done or term or trunc
+        success[i] = 1.0 if (ep_len[i] >= c[MAX_STEPS] and ep_len[i] - last_out[i] >= c[SUCCESS_STEPS]) else 0.0
+        _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)
+    for j in range(log.shape[0]):
+        log[j] /= n
+    if any_done:
+        final_pol[:] = pol
+        final_cri[:] = cri
+        for i in range(n):
+            if not (terminated[i] or truncated[i]):
+                continue
+            if num_bad:  # never hand non-finite observations to a learner
+                for j in range(pol.shape[1]):
+                    if not math.isfinite(final_pol[i, j]):
+                        final_pol[i, j] = 0.0
+                for j in range(cri.shape[1]):
+                    if not math.isfinite(final_cri[i, j]):
+                        final_cri[i, j] = 0.0
+            _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
+            _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)
+    return num_bad, any_done
+
+
+@nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
+def hover_reset(x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pol, cri):
+    """Initial states and observations of every env."""
+    for i in range(x.shape[0]):
+        _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
+        _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)

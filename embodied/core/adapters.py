@@ -126,9 +126,11 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
     ``SyncVectorEnv`` does (with ``num_envs=1`` the results equal, bit for bit, a ``SyncVectorEnv`` over
     ``SingleEnv``). When only some envs are due, the inner env steps the batch with a fixed in-bounds action
     (zero, clipped into the action box) for the envs due to reset, whatever the caller passed, and then
-    re-samples their initial state exactly as the inner env's own autoreset does (``episode_length = 0``,
-    ``_reset_idx``, fresh observation for those envs only); so their discarded step cannot be seen in their
-    observations, rewards, flags or episode lengths, and the caller's action for them has no effect at all.
+    re-samples their initial state with the task's per-env hooks (``episode_length = 0``, ``_reset_idx``,
+    fresh observation for those envs only: the distribution of the inner autoreset; a task with a fused
+    step draws these from its tensor generator, not from the fused kernel's stream); so their discarded step
+    cannot be seen in their observations, rewards, flags or episode lengths, and the caller's action for them
+    has no effect at all.
     What the discarded step can still touch is what the batch shares: ``infos["log"]`` (the inner env's batch
     means include it), ``num_nan_resets``, step counters such as a curriculum's, and the draws taken from the
     shared generator (so, with ``num_envs > 1``, the random stream differs from that of ``num_envs``

@@ -5,7 +5,7 @@ Measured, in ns per env-step (median over repetitions), for N in 1, 64, 1024, 16
         sim_torch   ``QuadrotorSim.step`` with the plain-torch reference kernel
         task_step   ``make_env("quadrotor-hover", num_envs=N).step(action)``: physics, reward
                     terms, termination, truncation, same-step reset with final_obs, observations
-                    (on CPU the fused numba kernel, kernels/quadrotor_hover_numba.py)
+                    (on CPU the fused numba kernel, kernels/quadrotor_numba.py)
         task_step_torch  the same with ``kernel=torch`` (the tensor reference, the CUDA path)
   l2f   step        ``V.step`` alone (RLtools L2F C++ simulator bindings, PyPI ``l2f``)
         full_loop   step, reward, terminated, time limit, final observe where some env is done,
@@ -304,7 +304,7 @@ def run(quick: bool) -> dict:
         "notes": {
             "task_step_torch": "the same step on the tensor reference path (kernel=torch; the CUDA path)",
             "task_step": "make_env('quadrotor-hover').step (the default, on CPU one fused numba kernel: "
-            "kernels/quadrotor_hover_numba.py): physics + reward terms + termination + "
+            "kernels/quadrotor_numba.py): physics + reward terms + termination + "
             "truncation + same-step reset with final_obs + actor (82: 18 + 16 x 4 past actions) and critic (28) "
             "observations",
             "l2f_full_loop": "step + reward + terminated + time limit + observe(final) when any done + "

@@ -1,4 +1,4 @@
-"""The fused numba step of quadrotor-hover (kernels/quadrotor_hover_numba.py) against the torch reference
+"""The fused numba step of quadrotor-hover (kernels/quadrotor_numba.py) against the torch reference
 (``kernel=torch``): every reward term, termination, truncation, success, final observation, the log, the
 physics state, fault recovery, the reset distribution and the random stream's known values."""
 
@@ -192,7 +192,7 @@ def test_fused_checkpoint_restores_the_random_stream():
 def test_splitmix64_and_normals():
     """Known splitmix64 outputs (seed 0: 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f) and the
     moments of the Box-Muller normals."""
-    from embodied.kernels import quadrotor_hover_numba as fk
+    from embodied.kernels import quadrotor_numba as fk
 
     rng = np.zeros(1, np.uint64)
     assert [int(fk._next(rng)) for _ in range(3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
@@ -201,3 +201,16 @@ def test_splitmix64_and_normals():
     assert abs(z.mean()) < 0.015 and z.var() == pytest.approx(1.0, abs=0.015)
     assert np.mean(z ** 4) == pytest.approx(3.0, abs=0.08)  # Gaussian kurtosis
     assert np.mean(np.abs(z) > 3) == pytest.approx(0.0027, abs=0.0007)  # the tails are there
+
+
+def test_weight_changes_reach_the_kernel_and_bad_history_is_refused():
+    env = embodied.make_env("quadrotor-hover", num_envs=1, seed=0, **NO_NOISE)
+    env.reset(seed=-1)  # a negative seed wraps, as torch's generator does
+    env.sim.x[0, 0:3] = torch.tensor([0.1, 0.0, 0.0])
+    env.weights.position_abs = 0.0  # as a user (or the curriculum) changes a weight between steps
+    *_, info = env.step(torch.zeros(1, 4))
+    assert info["log"]["reward/position_abs"] == 0.0
+    from embodied.core.errors import UserError
+
+    with pytest.raises(UserError, match="action_history"):
+        embodied.make_env("quadrotor-hover", action_history=0)

@@ -114,7 +114,7 @@ class QuadrotorHoverConfig:
     disturbance_torque: float = 1.0 / 10000.0  # std as a fraction of m g [N m / (m g)]
     backend: str | None = None  # sim backend, one of the task's TaskSpec.backends (None: the first)
     # auto | numba: on CPU the whole step (physics, reward, termination, reset, observation) is one fused
-    # numba kernel (kernels/quadrotor_hover_numba.py); torch: the tensor reference, on any device
+    # numba kernel (kernels/quadrotor_numba.py); torch: the tensor reference, on any device
     kernel: str = "auto"
     reward: RewardWeights = field(default_factory=RewardWeights)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
@@ -135,6 +135,11 @@ DR_LOG = ("mass", "inertia_xx", "thrust_constant", "torque_constant", "motor_tim
 DR_CRITIC = 6  # log factors the critic sees under domain randomization (DR_LOG order)
 
 ARM = abs(ROTOR_X[0])  # [m] rotor offset along each body axis; scales disturbance torque in the critic obs
+
+
+def _stream_seed(seed: int) -> np.uint64:
+    """The fused path's splitmix64 state for an env seed (``generator.initial_seed()``, non-negative)."""
+    return np.uint64(seed % 2**64) ^ np.uint64(0x5DEECE66D)
 
 
 # ---- reward terms: small pure functions returning [N] ------------------------------------------
@@ -172,6 +177,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.weights = RewardWeights(**vars(cfg.reward))  # live copy the curriculum advances
         self.total_env_steps = 0
         n, h = self.num_envs, cfg.action_history
+        if h < 1:
+            raise UserError(f"env.action_history must be >= 1, got {h}")
         self.actions = torch.zeros(n, h * 4, device=self.device)  # oldest first
         self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
         self.dr_ranges = cfg.domain_randomization.ranges() if cfg.domain_randomization.enabled else None
@@ -233,7 +240,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     # ---- step hooks --------------------------------------------------------------------------
     def _apply_action(self, action: torch.Tensor) -> None:
         a = action.clamp(-1.0, 1.0)
-        self.actions = torch.cat([self.actions[:, 4:], a], 1)
+        self.actions.copy_(torch.cat([self.actions[:, 4:], a], 1))  # in place: the fused path holds a view
         self.sim.step((a + 1.0) * (0.5 * self.params.rpm_max))
         self.total_env_steps += self.num_envs
         self._advance_curriculum()
@@ -258,7 +265,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         sim, w = self.sim, self.weights
         dist = sim.pos_w.norm(dim=1)
         outside = dist > self.cfg.success_radius
-        self.last_outside = torch.where(outside, self.episode_length, self.last_outside)
+        self.last_outside.copy_(torch.where(outside, self.episode_length, self.last_outside))
         s = w.scale
         terms = {
             "constant": torch.full((self.num_envs,), w.constant, device=self.device),
@@ -295,30 +302,29 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         w.position = min(w.position * c.position_factor, c.position_cap)
         w.lin_vel = min(w.lin_vel * c.lin_vel_factor, c.lin_vel_cap)
         w.action = min(w.action * c.action_factor, c.action_cap)
-        if self._fused is not None:
-            self._fused["coefs"] = None
 
-    # ---- the fused CPU step (kernels/quadrotor_hover_numba.py) ---------------------------------
+    # ---- the fused CPU step (kernels/quadrotor_numba.py) ---------------------------------
     def _use_fused(self) -> bool:
         return self.cfg.kernel in ("auto", "numba") and self.device.type == "cpu" and numba_available()
 
     def _fused_views(self):
         """NumPy views of the state the kernel updates in place (the tensors stay the source of truth)."""
-        from embodied.kernels import quadrotor_hover_numba as fk
+        from embodied.kernels import quadrotor_numba as fk
 
-        rng = np.array([np.uint64(self.generator.initial_seed()) ^ np.uint64(0x5DEECE66D)], np.uint64)
+        rng = np.array([_stream_seed(self.generator.initial_seed())], np.uint64)
         return dict(kernel=fk, x=self.sim.x.numpy(), p=self.sim.p.numpy(), noise_scale=self.noise_scale.numpy(),
                     hist=self.actions.numpy(),
                     ep_len=self.episode_length.numpy(), last_out=self.last_outside.numpy(),
-                    nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None,
+                    nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None, coefs_key=None,
                     geo=np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32),
                     log_names=[f"reward/{t}" for t in fk.LOG_TERMS] + ["distance"] + (
                         [f"dr/{m}" for m in DR_LOG] if self.dr_ranges else []))
 
     def _coefs(self) -> np.ndarray:
-        """The kernel's config vector; rebuilt when the curriculum moves the weights."""
+        """The kernel's config vector; rebuilt when the reward weights change (the curriculum, a user)."""
         f = self._fused
-        if f["coefs"] is not None:
+        key = tuple(vars(self.weights).values())
+        if f["coefs"] is not None and f["coefs_key"] == key:
             return f["coefs"]
         fk, cfg, w, P = f["kernel"], self.cfg, self.weights, self.params
         c = np.zeros(fk.CONFIG_DIM, np.float32)
@@ -337,7 +343,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
         if self.dr_ranges:
             c[fk.DR_RANGE:fk.DR_RANGE + 12] = [v for r in self.dr_ranges.values() for v in r]
-        f["coefs"] = c
+        f["coefs"], f["coefs_key"] = c, key
         return c
 
     def reset(self, seed: int | None = None) -> tuple[Obs, dict]:
@@ -346,7 +352,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         f = self._fused
         if seed is not None:
             self.generator.manual_seed(int(seed))
-            f["rng"][0] = np.uint64(int(seed)) ^ np.uint64(0x5DEECE66D)
+            f["rng"][0] = _stream_seed(self.generator.initial_seed())  # a negative seed wraps as torch's does
         pol, cri = self._obs_buffers()
         f["kernel"].hover_reset(f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"],
                                 f["nominal"], self._coefs(), f["rng"], pol, cri)
@@ -370,8 +376,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         log = np.empty(f["kernel"].LOG_DIM)
         num_bad, any_done = f["kernel"].hover_step(
             action.detach().contiguous().numpy(), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
-            f["last_out"], f["nominal"], self._coefs(), f["geo"], f["rng"], pol, cri, final_pol, final_cri, reward,
-            terminated, truncated, success, log)
+            f["last_out"], f["nominal"], self._coefs(), self.params.dt, f["geo"], f["rng"], pol, cri, final_pol,
+            final_cri, reward, terminated, truncated, success, log)
         self.num_nan_resets += num_bad
         info = {"log": dict(zip(f["log_names"], log.tolist()))}
         info["log"]["nan_resets"] = float(num_bad)
@@ -432,10 +438,9 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             self.noise_scale.copy_(state["noise_scale"])
         self.weights = RewardWeights(**state["weights"])
         self.total_env_steps = int(state["total_env_steps"])
-        if self._fused is not None:
-            self._fused["coefs"] = None
-            if "fused_rng" in state:
-                self._fused["rng"][0] = np.uint64(state["fused_rng"])
+        if self._fused is not None:  # a checkpoint of the torch path continues from its generator's state
+            seed = state.get("fused_rng", int(torch.randint(2**62, (1,), generator=self.generator)))
+            self._fused["rng"][0] = np.uint64(seed)
 
 
 register_task(
@@ -447,8 +452,8 @@ register_task(
         backends=("torch_vec",),
         success_metric="success",
         default_algo="td3",
-        # strict evaluation: the full initial-state distribution (no guided starts at the set-point)
-        # and the final reward weights
+        # strict evaluation: the full initial-state distribution (no guided starts at the set-point);
+        # the curriculum frozen at the initial weights (success does not depend on them, eval/return does)
         eval_config=lambda cfg: dataclasses.replace(
             cfg, curriculum=dataclasses.replace(cfg.curriculum, enabled=False), init_guidance=0.0),
     )
