@@ -98,7 +98,7 @@ class Runner:
         actor = self.algo.actor()
         was_training = actor.training
         actor.eval()
-        result = evaluate(actor.act, self._eval_env, seed=eval_seed(self.cfg),
+        result = evaluate(actor.act, self._eval_env, seed=eval_seed(self.cfg, self.step),
                           learner_device=self.cfg.learner_device)
         actor.train(was_training)
         self.last_eval = result

@@ -2,8 +2,9 @@
 
 Criterion (all learners alike): an evaluation every 10k env steps on 100 strict random initial states
 (``embodied.evaluate.evaluate``, deterministic actions, the task's eval config: full initial-state
-distribution, frozen curriculum); the run stops at the second consecutive evaluation with >= 95%
-success (the rule ``embodied train`` applies below 200 evaluation starts), or at 300k env steps.
+distribution, frozen curriculum; fresh starts at every evaluation, ``eval_seed(cfg, step)``); the run
+stops at the second consecutive evaluation with >= 95% success (the rule ``embodied train`` applies below
+200 evaluation starts), or at 300k env steps.
 The stopped policy is then evaluated once more on 100 fresh starts (another seed) and that figure is
 reported too.
 
@@ -141,7 +142,7 @@ def peer_main(name: str, seed: int, cap_s: float, out: Path) -> None:
                 action, _ = self.model.predict(obs.numpy(), deterministic=True)
                 return torch.as_tensor(action)
 
-            res = evaluate(act, eval_env, seed=eval_seed(cfg))
+            res = evaluate(act, eval_env, seed=eval_seed(cfg, self.num_timesteps))
             self.curve.append((self.num_timesteps, round(res["eval/success"], 3), round(time.time() - t_start, 1)))
             self.passes = self.passes + 1 if _passed(res["eval/success"]) else 0
             if self.passes >= PASSES:

@@ -439,7 +439,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.weights = RewardWeights(**state["weights"])
         self.total_env_steps = int(state["total_env_steps"])
         if self._fused is not None:  # a checkpoint of the torch path continues from its generator's state
-            seed = state.get("fused_rng", int(torch.randint(2**62, (1,), generator=self.generator)))
+            seed = state["fused_rng"] if "fused_rng" in state else int(
+                torch.randint(2**62, (1,), generator=self.generator))
             self._fused["rng"][0] = np.uint64(seed)
 
 
