@@ -68,6 +68,9 @@ class RunConfig:
     learner_device: str = "cpu"
     torch_threads: int = 1  # intra-op threads; small networks run fastest (and steadiest) on one
     stop_success: float | None = None  # stop once periodic eval success >= this (None: never)
+    # consecutive evaluations at or above stop_success that stop the run (None: 2 below 200 evaluation
+    # starts, 1 from 200 on); each evaluation draws fresh starts
+    stop_passes: int | None = None
     env: Any = None  # the task's config dataclass
     algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

@@ -37,6 +37,8 @@ def build(cfg: RunConfig, run_dir: Path):
     """Collector, algorithm and runner of a run; names no algorithm, task or engine."""
     if cfg.torch_threads < 1:
         raise UserError(f"torch_threads must be >= 1, got {cfg.torch_threads}")
+    if cfg.stop_passes is not None and cfg.stop_passes < 1:
+        raise UserError(f"stop_passes must be >= 1 (or null), got {cfg.stop_passes}")
     torch.set_num_threads(cfg.torch_threads)
     algo_cls = ALGOS.get(cfg.algo)
     if algo_cls.paradigm not in RUNNERS:

@@ -109,7 +109,8 @@ class Runner:
         self.eval_passes = self.eval_passes + 1 if passed else 0
         # one evaluation of fewer than 200 starts passes by luck too often (a policy whose true success
         # is 0.92 passes one of ten 100-start evaluations at 95% most of the time): ask for two in a row
-        if self.eval_passes >= (1 if self.cfg.log.eval_episodes >= STRICT_EPISODES else 2):
+        needed = self.cfg.stop_passes or (1 if self.cfg.log.eval_episodes >= STRICT_EPISODES else 2)
+        if self.eval_passes >= needed:
             if self.solved_at is None:
                 self.solved_at = {"step": self.step, "train_s": self.train_time}
                 self.logger.log(self.step, {"solved/train_s": self.train_time})
