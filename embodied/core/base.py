@@ -192,7 +192,7 @@ class ManagedVecEnv(VecEnv):
             raise ValueError(f"action shape {tuple(action.shape)} != expected {expected}")
         if action.device != self.device:
             raise ValueError(f"action on {action.device}, env on {self.device}")
-        return action.to(torch.float32)
+        return action if action.dtype is torch.float32 else action.to(torch.float32)  # .to costs 1.3 us as a no-op
 
     def state_dict(self) -> dict:
         return {

@@ -137,6 +137,11 @@ DR_CRITIC = 6  # log factors the critic sees under domain randomization (DR_LOG 
 ARM = abs(ROTOR_X[0])  # [m] rotor offset along each body axis; scales disturbance torque in the critic obs
 
 
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's array without copying where it can (the common case costs 1 us, not 1.6)."""
+    return t.numpy() if not t.requires_grad and t.is_contiguous() else t.detach().contiguous().numpy()
+
+
 def _stream_seed(seed: int) -> np.uint64:
     """The fused path's splitmix64 state for an env seed (``generator.initial_seed()``, non-negative)."""
     return np.uint64(seed % 2**64) ^ np.uint64(0x5DEECE66D)
@@ -375,7 +380,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         terminated, truncated = np.empty(n, np.bool_), np.empty(n, np.bool_)
         log = np.empty(f["kernel"].LOG_DIM)
         num_bad, any_done = f["kernel"].hover_step(
-            action.detach().contiguous().numpy(), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
+            _as_numpy(action), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
             f["last_out"], f["nominal"], self._coefs(), self.params.dt, f["geo"], f["rng"], pol, cri, final_pol,
             final_cri, reward, terminated, truncated, success, log)
         self.num_nan_resets += num_bad
