@@ -86,12 +86,17 @@ def numba_available() -> bool:
     return True
 
 
+def numba_geometry() -> np.ndarray:
+    """Rotor geometry and gravity as the numba kernels take them: ``[x0..x3, y0..y3, dir0..dir3, g]``."""
+    return np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32)
+
+
 @functools.cache
 def _numba_kernel():
     """The compiled kernel and its constants, imported on first use (numba is optional)."""
     from embodied.kernels.quadrotor_numba import rk4_inplace
 
-    return rk4_inplace, np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32)
+    return rk4_inplace, numba_geometry()
 
 
 def rk4_step_numba_(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float) -> torch.Tensor:

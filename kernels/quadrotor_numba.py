@@ -104,15 +104,16 @@ def rk4_inplace(x, p, u, dt, geo):
 
 # ==== the fused quadrotor-hover step =============================================================
 # ---- indices into the config vector ``c`` (float32) ---------------------------------------------
-DT, RPM_MAX, HOVER_ACTION, SUCCESS_RADIUS, TERM_RADIUS, MAX_STEPS, SUCCESS_STEPS = range(7)
+# (the step dt is an argument of its own: in float32 it would round the RK4 weights differently)
+RPM_MAX, HOVER_ACTION, SUCCESS_RADIUS, TERM_RADIUS, MAX_STEPS, SUCCESS_STEPS = range(6)
 # reward coefficients as the reference computes them: -scale * weight (constant and termination as is)
-C_CONSTANT, C_POSITION, C_POSITION_ABS, C_ORIENTATION, C_LIN_VEL, C_ACTION, C_TERMINATION = range(7, 14)
-INIT_POSITION, INIT_MAX_ANGLE, INIT_LIN_VEL, INIT_ANG_VEL, INIT_GUIDANCE = range(14, 19)
-NOISE = 19  # 4 entries: position, rotation matrix, linear velocity, angular velocity std
-DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(23, 27)
-DR_ENABLED = 27
-DR_RANGE = 28  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
-CONFIG_DIM = 40
+C_CONSTANT, C_POSITION, C_POSITION_ABS, C_ORIENTATION, C_LIN_VEL, C_ACTION, C_TERMINATION = range(6, 13)
+INIT_POSITION, INIT_MAX_ANGLE, INIT_LIN_VEL, INIT_ANG_VEL, INIT_GUIDANCE = range(13, 18)
+NOISE = 18  # 4 entries: position, rotation matrix, linear velocity, angular velocity std
+DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(22, 26)
+DR_ENABLED = 26
+DR_RANGE = 27  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
+CONFIG_DIM = 39
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 

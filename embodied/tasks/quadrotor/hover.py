@@ -22,7 +22,7 @@ from embodied.core.errors import UserError
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
-from embodied.kernels.quadrotor import GRAVITY, ROTOR_DIR, ROTOR_X, ROTOR_Y, numba_available
+from embodied.kernels.quadrotor import GRAVITY, ROTOR_X, numba_available, numba_geometry
 from embodied.sim_backends.base import NamedLayout, choose_backend, make_backend
 from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
 
@@ -207,6 +207,11 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def _uniform(self, k: int, dim: int, scale: float) -> torch.Tensor:
         return (torch.rand(k, dim, generator=self.generator, device=self.device) * 2 - 1) * scale
 
+    def _factor(self, k: int, name: str) -> torch.Tensor:
+        """``[k, 1]`` domain-randomization factors ``U(lo, hi)`` of one randomized quantity."""
+        lo, hi = self.dr_ranges[name]
+        return lo + (hi - lo) * torch.rand(k, 1, generator=self.generator, device=self.device)
+
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
         cfg, k, S = self.cfg, env_ids.numel(), self.sim.STATE
         x = torch.zeros(k, S.dim, device=self.device)
@@ -226,17 +231,14 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.actions[env_ids] = 0.0  # the command that holds mid-range rpm
         self.last_outside[env_ids] = 0
         if self.dr_ranges:
-            lo, hi = self.dr_ranges["obs_noise"]
-            self.noise_scale[env_ids] = lo + (hi - lo) * torch.rand(k, generator=self.generator, device=self.device)
+            self.noise_scale[env_ids] = self._factor(k, "obs_noise")[:, 0]
 
     def _sample_params(self, k: int) -> torch.Tensor:
         P = self.sim.PARAMS
         p = self.nominal_p.repeat(k, 1)
         if self.dr_ranges:
             for name in DR_PARAMS:  # one factor per parameter (all three inertia entries share theirs)
-                lo, hi = self.dr_ranges[name]
-                f = lo + (hi - lo) * torch.rand(k, 1, generator=self.generator, device=self.device)
-                P.view(p, name).mul_(f.expand(k, P.width(name)))
+                P.view(p, name).mul_(self._factor(k, name).expand(k, P.width(name)))
         mg = P.view(p, "mass") * GRAVITY
         for name, scale in (("force_w", self.cfg.disturbance_force), ("torque_b", self.cfg.disturbance_torque)):
             P.view(p, name)[:] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * scale
@@ -321,7 +323,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
                     hist=self.actions.numpy(),
                     ep_len=self.episode_length.numpy(), last_out=self.last_outside.numpy(),
                     nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None, coefs_key=None,
-                    geo=np.array([*ROTOR_X, *ROTOR_Y, *ROTOR_DIR, GRAVITY], np.float32),
+                    geo=numba_geometry(),
                     log_names=[f"reward/{t}" for t in fk.LOG_TERMS] + ["distance"] + (
                         [f"dr/{m}" for m in DR_LOG] if self.dr_ranges else []))
 
@@ -333,7 +335,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             return f["coefs"]
         fk, cfg, w, P = f["kernel"], self.cfg, self.weights, self.params
         c = np.zeros(fk.CONFIG_DIM, np.float32)
-        c[fk.DT], c[fk.RPM_MAX], c[fk.HOVER_ACTION] = P.dt, P.rpm_max, self.hover_action
+        c[fk.RPM_MAX], c[fk.HOVER_ACTION] = P.rpm_max, self.hover_action
         c[fk.SUCCESS_RADIUS], c[fk.TERM_RADIUS] = cfg.success_radius, cfg.termination_radius
         c[fk.MAX_STEPS], c[fk.SUCCESS_STEPS] = self.max_episode_steps, self.success_steps
         c[fk.C_CONSTANT:fk.C_TERMINATION + 1] = [
