@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="embodied", description="Robotics and embodied RL: train, evaluate, list tasks.")
+    p = _Parser(prog="embodied", description="Robotics and embodied RL: train, evaluate, export, list tasks.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     t = sub.add_parser("train", help="train a policy on a task")
     t.add_argument("--task", help="task name (see `embodied tasks`)")
@@ -34,6 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--video", action="store_true", help="also write a rollout video into the run directory")
     e.add_argument("--seed", type=int, default=None, help="initial-state seed (default: the run's eval seed)")
     sub.add_parser("tasks", help="list registered tasks")
+    x = sub.add_parser("export", help="write a deploy bundle (ONNX, C) of a trained run")
+    x.add_argument("--run", required=True, help="run directory")
+    x.add_argument("--format", default="all", help="onnx | c | all (default: all)")
+    x.add_argument("--out", default=None, help="bundle directory (default: RUN/bundle)")
+    x.add_argument("--observations", type=int, default=1024,
+                   help="recorded observations the parity check runs on (default 1024)")
     return p
 
 
@@ -68,6 +74,17 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from embodied.hardware.bundle import export_run
+
+    if args.observations < 1:
+        raise UserError("--observations must be >= 1")
+    meta = export_run(Path(args.run), Path(args.out) if args.out else None, args.format, args.observations)
+    print(json.dumps({"bundle": str(Path(args.out) if args.out else Path(args.run) / "bundle"),
+                      "task": meta["task"], "parity": meta["parity"], "c": meta["c"]}))
+    return 0
+
+
 def _cmd_tasks(_args) -> int:
     import embodied.tasks  # noqa: F401
     from embodied.config import load_config
@@ -92,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(stray)}")
         if extra:
             args.overrides = [*args.overrides, *extra]
-        return {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks}[args.command](args)
+        commands = {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks, "export": _cmd_export}
+        return commands[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR

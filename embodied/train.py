@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS, TASKS
 from embodied.evaluate import make_eval_env, make_train_env_factory
+from embodied.provenance import code_commit, versions
 from embodied.runners import RUNNERS
 from embodied.runtime import make_collector
 
@@ -80,6 +82,7 @@ def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    (run_dir / "provenance.json").write_text(json.dumps({"commit": code_commit(), **versions("torch")}, indent=1))
     return run_dir, runner.train()
 
 

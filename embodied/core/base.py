@@ -62,6 +62,14 @@ class VecEnv(abc.ABC):
         """The task's symmetry group (``embodied.core.symmetry.SymmetryGroup``), or None."""
         return None
 
+    def layout(self):
+        """What each observation and action entry means (``embodied.core.layout.Layout``): export writes it
+        into the deploy bundle. A task that declares none gets one unnamed term per group."""
+        from embodied.core.layout import generic_layout
+
+        return generic_layout({g: s.shape for g, s in self.single_observation_space.spaces.items()},
+                              self.single_action_space.shape, self.control_dt)
+
     # rendering: a task that draws overrides ``render_frame``; ``can_render`` says whether it does
     def render_frame(self, env_idx: int = 0) -> np.ndarray:
         """RGB frame ``uint8 [H, W, 3]`` of env ``env_idx`` in its current state."""

@@ -19,6 +19,7 @@ import torch
 
 from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
 from embodied.core.errors import UserError
+from embodied.core.layout import ActionTerm, Layout, Term
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
@@ -410,6 +411,27 @@ class QuadrotorHoverEnv(ManagedVecEnv):
                 "action": permutation(perm),
             })
         return SymmetryGroup(elements, self.device)
+
+    # ---- layout (what export and deploy read) -----------------------------------------------
+    def layout(self) -> Layout:
+        h, rpm_half = self.cfg.action_history, 0.5 * self.params.rpm_max
+        state = (Term("pos_w", 3, "m", "world", "position of the body origin relative to the set-point"),
+                 Term("rot_wb", 9, "1", "world", "rotation matrix body -> world, row-major (R[0][0], R[0][1], ...)"),
+                 Term("lin_vel_w", 3, "m/s", "world", "linear velocity"),
+                 Term("ang_vel_b", 3, "rad/s", "body", "angular velocity"))
+        history = Term("action_history", 4 * h, "1", "", f"the last {h} actions as commanded (clipped to [-1, 1]), "
+                       "oldest first", source="history", history_len=h, history_init=0.0)
+        critic = (*state, Term("disturbance_force_w", 3, "1", "world", "external force / (m g)"),
+                  Term("disturbance_torque_b", 3, "1", "body", "external torque / (m g arm)"),
+                  Term("rpm", 4, "1", "", "rotor speeds, 2 rpm / rpm_max - 1"))
+        if self.dr_ranges:
+            critic += (Term("dr_log_factors", DR_CRITIC, "1", "", "log of the factors: " + ", ".join(DR_LOG)),)
+        action = ActionTerm("rpm_command", 4, "rpm", scale=rpm_half, offset=rpm_half,
+                            description="commanded rotor speeds of rotors 0-3 (kernels/quadrotor.py ROTOR_X/Y/DIR)")
+        return Layout({"policy": (*state, history), "critic": critic}, (action,), 1.0 / self.params.dt,
+                      notes="x forward, y left, z up; the set-point is the origin; observation noise is not part of "
+                            "the layout (sensors bring their own)",
+                      extras={"hover_action": self.hover_action, "rpm_max": self.params.rpm_max})
 
     # ---- rendering ---------------------------------------------------------------------------
     control_dt = QuadrotorParams.dt  # [s] one control step is one physics step (100 Hz)

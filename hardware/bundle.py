@@ -1,0 +1,292 @@
+"""The deploy bundle: ``policy.onnx`` (the deterministic action path, normalization inside, equivariant
+layers as their folded matmuls), ``bundle.json`` (layout, task, config hash, commits, file hashes,
+parity), ``observations.npy`` (the recorded observations parity was checked on), and with the C format
+``policy.c`` / ``policy.h`` / ``firmware.c``.
+
+``export_run`` writes one from a run; ``load_bundle`` reads one back as a ``PolicyRunner`` whose
+``act(state)`` keeps the action history the layout declares, backed by onnxruntime or by the C build."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embodied.core.errors import UserError
+from embodied.core.layout import Layout
+
+FORMAT = 1
+_clip = (np._core if hasattr(np, "_core") else np.core).umath.clip  # the ufunc: np.clip's wrapper costs ~2 us
+_LO, _HI = np.float32(-1.0), np.float32(1.0)
+PARITY_TOL = 1e-5
+FORMATS = ("onnx", "c", "all")
+CFILES = ("policy.c", "policy.h", "firmware.c")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ---- export ------------------------------------------------------------------------------------------
+@torch.no_grad()
+def record_observations(policy, cfg, count: int = 1024, num_envs: int = 16, seed: int = 12345) -> np.ndarray:
+    """``[>= count, obs_dim]`` policy observations the task produces while the policy flies it."""
+    from embodied.evaluate import make_eval_env
+
+    env = make_eval_env(cfg, num_envs=num_envs, device="cpu")
+    obs, _ = env.reset(seed=seed)
+    rows = [obs["policy"].clone()]
+    while sum(r.shape[0] for r in rows) < count:
+        obs, *_ = env.step(policy.act(obs["policy"]))
+        rows.append(obs["policy"].clone())
+    return torch.cat(rows).numpy().astype(np.float32)
+
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def export_run(run_dir: Path, out: Path | None = None, fmt: str = "all", count: int = 1024) -> dict:
+    """Write the bundle of ``run_dir``'s policy (latest checkpoint) into ``out`` (default ``run_dir/bundle``);
+    returns the bundle's metadata. Parity failures raise ``UserError`` after the report is written."""
+    from embodied.checkpoint import load_checkpoint, policy_from_checkpoint
+    from embodied.config import config_from_dict, to_yaml
+    from embodied.evaluate import make_eval_env
+    from embodied.hardware.onnx_export import program_to_onnx
+    from embodied.policies.export import fold, program
+    from embodied.provenance import code_commit, versions
+
+    if fmt not in FORMATS:
+        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    run_dir = Path(run_dir)
+    ckpt = load_checkpoint(run_dir)
+    cfg = config_from_dict(ckpt["config"])
+    policy = policy_from_checkpoint(ckpt, run_dir)
+    env = make_eval_env(cfg, num_envs=1, device="cpu")
+    layout = env.layout()
+    spaces = {g: s.shape for g, s in env.single_observation_space.spaces.items()}
+    layout.check(spaces, env.single_action_space.shape)
+    ops, obs_dim = program(policy.actor)
+    out = Path(out) if out else run_dir / "bundle"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write_test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write the bundle to {out}: {e.strerror or e}") from None
+
+    obs = record_observations(policy, cfg, count)
+    np.save(out / "observations.npy", obs)
+    ref = policy.act(torch.from_numpy(obs)).numpy()
+    import onnx
+
+    onnx.save(program_to_onnx(fold(ops), obs_dim, doc=f"embodied policy of {cfg.task}"), str(out / "policy.onnx"))
+    onnx_out = _session(out / "policy.onnx").run(None, {"obs": obs})[0]
+    parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL,
+              "torch_vs_onnxruntime": float(np.abs(onnx_out - ref).max())}
+    files = ["policy.onnx", "observations.npy"]
+    c_info = None
+    if fmt in ("c", "all"):
+        from embodied.hardware.codegen import compile_object, emit_c, size_report
+        from embodied.hardware.firmware import firmware_source
+
+        header, source = emit_c(ops, obs_dim, layout)
+        (out / "policy.h").write_text(header)
+        (out / "policy.c").write_text(source)
+        (out / "firmware.c").write_text(firmware_source(layout))
+        files += list(CFILES)
+        lib = CPolicy.build(out)
+        c_out = lib.forward(obs)
+        parity["c_vs_onnxruntime"] = float(np.abs(c_out - onnx_out).max())
+        parity["c_vs_torch"] = float(np.abs(c_out - ref).max())
+        size = size_report(compile_object(out / "policy.c", out / "build" / "policy.o"))
+        c_info = {"size": size, "fits_64k_flash": bool(size and size["flash"] <= 64 * 1024)}
+    parity["passed"] = all(v <= PARITY_TOL for k, v in parity.items() if "_vs_" in k)
+    (out / "parity.json").write_text(json.dumps(parity, indent=1))
+    config_text = to_yaml(cfg)
+    run_prov = run_dir / "provenance.json"
+    meta = {
+        "format": FORMAT, "task": cfg.task, "layout": layout.to_dict(),
+        "policy": {"input": "obs", "output": "action", "obs_dim": obs_dim, "act_dim": layout.action_size,
+                   "actor": type(policy.actor).__name__, "ops": [op.kind for op in ops]},
+        "run": {"dir": str(run_dir.resolve()), "step": int(ckpt["step"]),
+                "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
+                "provenance": json.loads(run_prov.read_text()) if run_prov.exists() else None},
+        "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
+                     **versions("torch", "onnx", "onnxruntime")},
+        "parity": parity, "c": c_info,
+        "files": {name: sha256(out / name) for name in files},
+    }
+    (out / "bundle.json").write_text(json.dumps(meta, indent=1))
+    if not parity["passed"]:
+        raise UserError(f"parity failed (tolerance {PARITY_TOL}): " + ", ".join(
+            f"{k} {v:.2e}" for k, v in parity.items() if "_vs_" in k) + f"; report in {out / 'parity.json'}")
+    return meta
+
+
+# ---- load --------------------------------------------------------------------------------------------
+def read_bundle(path: Path) -> dict:
+    """``bundle.json`` of a bundle directory, its files checked against their hashes."""
+    path = Path(path)
+    meta_path = path / "bundle.json" if path.is_dir() else path
+    try:
+        meta = json.loads(meta_path.read_text())
+        files = meta["files"]
+        meta["layout"] = Layout.from_dict(meta["layout"])
+    except FileNotFoundError:
+        raise UserError(f"no deploy bundle at {path} (bundle.json missing)") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"corrupt bundle {meta_path}: {type(e).__name__}: {e}") from None
+    if meta.get("format") != FORMAT:
+        raise UserError(f"bundle {meta_path} has format {meta.get('format')}, this version reads {FORMAT}")
+    for name, digest in files.items():
+        f = meta_path.parent / name
+        if not f.exists() or sha256(f) != digest:
+            raise UserError(f"corrupt bundle {meta_path.parent}: {name} is missing or does not match its hash")
+    meta["dir"] = meta_path.parent
+    return meta
+
+
+class CPolicy:
+    """The generated C, built as a shared library and called through ctypes."""
+
+    def __init__(self, lib_path: Path, obs_dim: int, act_dim: int, state_dim: int):
+        self.lib = ctypes.CDLL(str(lib_path))
+        for name in ("policy_forward", "policy_step"):  # raw addresses: ctypes' per-call conversions cost us
+            getattr(self.lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            getattr(self.lib, name).restype = None
+        self.obs_dim, self.act_dim, self.state_dim = obs_dim, act_dim, state_dim
+        self._state = np.zeros(state_dim, np.float32)
+        self._out = np.zeros(act_dim, np.float32)
+        self._state_p, self._out_p = self._state.ctypes.data, self._out.ctypes.data
+        self._step = self.lib.policy_step
+
+    @classmethod
+    def build(cls, bundle_dir: Path) -> CPolicy:
+        """Compile ``policy.c`` (cached by source hash under ``build/``)."""
+        from embodied.hardware.codegen import compile_shared, source_hash
+
+        src = Path(bundle_dir) / "policy.c"
+        header = (Path(bundle_dir) / "policy.h").read_text()
+        lib = Path(bundle_dir) / "build" / f"libpolicy_{source_hash(src.read_text(), header)[:16]}.so"
+        if not lib.exists():
+            lib.parent.mkdir(exist_ok=True)
+            tmp = lib.with_suffix(".tmp.so")
+            compile_shared(src, tmp, ["-I", str(bundle_dir)])
+            tmp.replace(lib)
+
+        def define(name):
+            lines = header.splitlines()
+            return int(next(line.split()[2] for line in lines if line.startswith(f"#define POLICY_{name}")))
+
+        return cls(lib, define("OBS_DIM"), define("ACT_DIM"), define("STATE_DIM"))
+
+    def forward(self, obs: np.ndarray) -> np.ndarray:
+        obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
+        out = np.empty((obs.shape[0], self.act_dim), np.float32)
+        row_in, row_out = obs.strides[0], out.strides[0]
+        for r in range(obs.shape[0]):
+            self.lib.policy_forward(obs.ctypes.data + r * row_in, out.ctypes.data + r * row_out)
+        return out
+
+    def reset(self) -> None:
+        self.lib.policy_reset()
+
+    def step(self, state: np.ndarray) -> np.ndarray:
+        self._state[:] = state
+        self._step(self._state_p, self._out_p)
+        return self._out.copy()
+
+
+class PolicyRunner:
+    """``act(state) -> action``: the robot's state (the layout's robot terms of the policy group, in order)
+    in, the normalized action out; the runner keeps the history terms. ``forward(obs)`` runs full
+    observations ``[B, obs_dim]`` without touching the history."""
+
+    def __init__(self, meta: dict, backend: str = "onnx"):
+        self.meta, self.backend = meta, backend
+        self.layout: Layout = meta["layout"]
+        self.obs_dim, self.act_dim = int(meta["policy"]["obs_dim"]), int(meta["policy"]["act_dim"])
+        self.state_dim = self.layout.robot_size("policy")
+        self._obs = np.zeros((1, self.obs_dim), np.float32)
+        # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
+        # terms' slots; as views of the one observation buffer, made once
+        slices = self.layout.slices("policy")
+        runs, self._history, s = [], [], 0
+        for t in self.layout.terms("policy"):
+            sl = slices[t.name]
+            if t.source == "robot":
+                if runs and runs[-1][0].stop == sl.start:
+                    runs[-1] = (slice(runs[-1][0].start, sl.stop), slice(runs[-1][1].start, s + t.size))
+                else:
+                    runs.append((sl, slice(s, s + t.size)))
+                s += t.size
+            else:
+                self._history.append((sl, t.history_init))
+        o, k = self._obs[0], self.act_dim
+        self._robot = [(o[dst], src) for dst, src in runs]
+        self._whole_state = len(runs) == 1
+        self._shift = [(o[sl.start:sl.stop - k], o[sl.start + k:sl.stop], o[sl.stop - k:sl.stop])
+                       for sl, _ in self._history]
+        if backend == "onnx":
+            self.session = _session(meta["dir"] / "policy.onnx")
+            # InferenceSession.run checks its arguments and then calls _sess.run; the runner's arguments are
+            # fixed and checked here once (the public call where a future onnxruntime lacks the attribute)
+            sess = getattr(self.session, "_sess", None)
+            if sess is not None and hasattr(sess, "run"):
+                import onnxruntime as ort
+
+                self._run, self._run_args = sess.run, (["action"], None, ort.RunOptions())
+            else:
+                self._run, self._run_args = self.session.run, (["action"], None)
+            self._run_args = (self._run_args[0], {"obs": self._obs}, *self._run_args[2:])
+            self.c = None
+        elif backend == "c":
+            if "policy.c" not in meta["files"]:
+                raise UserError(f"bundle {meta['dir']} has no C source; export it with --format c or all")
+            self.c = CPolicy.build(meta["dir"])
+        else:
+            raise UserError(f"bundle backend must be onnx or c, got {backend!r}")
+        self.reset()
+
+    def reset(self) -> None:
+        for sl, init in self._history:
+            self._obs[0, sl] = init
+        if self.c is not None:
+            self.c.reset()
+
+    def forward(self, obs: np.ndarray) -> np.ndarray:
+        obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
+        if self.c is not None:
+            return self.c.forward(obs)
+        return self.session.run(None, {"obs": obs})[0]
+
+    def act(self, state: np.ndarray) -> np.ndarray:
+        if self.c is not None:
+            return self.c.step(state)
+        if self._whole_state:
+            np.copyto(self._robot[0][0], state)
+        else:
+            for dst, src in self._robot:
+                np.copyto(dst, state[src])
+        a = self._run(*self._run_args)[0][0]
+        for older, newer, last in self._shift:  # the history holds the commanded action clipped to [-1, 1]
+            np.copyto(older, newer)  # overlapping: numpy copies as if through a temporary
+            _clip(a, _LO, _HI, out=last)
+        return a
+
+
+def load_bundle(path, backend: str = "onnx") -> PolicyRunner:
+    """A bundle directory (or its ``bundle.json``) as a runner backed by onnxruntime or the C build."""
+    return PolicyRunner(read_bundle(Path(path)), backend)

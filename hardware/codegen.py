@@ -1,0 +1,286 @@
+"""Dependency-free C99 from a policy program (``embodied.policies.export``): static const float32
+weights, no malloc, no stdio (``math.h`` only, for tanhf/expf), fixed static scratch buffers, and one
+entry point that also keeps the action history the policy observes.
+
+Why an emitter of our own rather than a generic ONNX-to-C generator: our policies are a handful of layer
+types; ONNX only carries the equivariant layers as their folded matrices (the quadrotor actor is then
+~110 KB of float32), while the program keeps their free parameters, which the loops here expand (each
+shared weight stored once: ~4x smaller); and the entry point that keeps the action history and the
+state/observation layout is ours to write either way.
+
+The API (``policy.h``)::
+
+    void policy_reset(void);                                  /* history to its reset value */
+    void policy_forward(const float *obs, float *action);     /* full observation -> action */
+    void policy_step(const float *state, float *action);      /* robot state -> action, keeps the history */
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from embodied.core.errors import UserError
+from embodied.core.layout import Layout
+from embodied.policies.export import Op
+
+CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror"]
+
+
+def flit(v: float) -> str:
+    """A C float literal of ``v`` rounded to float32, exact (9 significant digits round-trip a float32)."""
+    if not np.isfinite(np.float32(v)):
+        raise UserError(f"non-finite constant {v} in the policy")
+    s = f"{float(np.float32(v)):.9g}"
+    return (s if any(c in s for c in ".e") else s + ".0") + "f"
+
+
+def _floats(a: np.ndarray) -> str:
+    """A C initializer of float32 values, exact (9 significant digits round-trip a float32)."""
+    a = np.asarray(a, np.float32)
+    if a.ndim == 1:
+        items = [flit(v) for v in a]
+        lines = [", ".join(items[i:i + 8]) for i in range(0, len(items), 8)]
+        return "{" + ",\n    ".join(lines) + "}"
+    return "{" + ",\n".join(_floats(row) for row in a) + "}"
+
+
+def _ints(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    if a.ndim == 1:
+        return "{" + ", ".join(str(int(v)) for v in a) + "}"
+    return "{" + ", ".join(_ints(row) for row in a) + "}"
+
+
+def _dims(shape) -> str:
+    return "".join(f"[{d}]" for d in shape)
+
+
+def _accumulate(y: str, wt: str, xs: str, n: int, out: int) -> str:
+    """``y[o] += sum_i wt[i][o] xs[i]``: four inputs per pass over the outputs (the output loop vectorizes at
+    -O2, and ``y`` is read and written a quarter as often as one input per pass)."""
+    return (f"for (i = 0; i + 4 <= {n}; i += 4) {{\n"
+            f"    const float x0 = {xs}[i], x1 = {xs}[i + 1], x2 = {xs}[i + 2], x3 = {xs}[i + 3];\n"
+            f"    const float *w0 = {wt}[i], *w1 = {wt}[i + 1], *w2 = {wt}[i + 2], *w3 = {wt}[i + 3];\n"
+            f"    for (o = 0; o < {out}; ++o) {y}[o] += w0[o] * x0 + w1[o] * x1 + w2[o] * x2 + w3[o] * x3;\n}}\n"
+            f"for (; i < {n}; ++i) {{ const float xi = {xs}[i]; const float *w = {wt}[i]; "
+            f"for (o = 0; o < {out}; ++o) {y}[o] += w[o] * xi; }}")
+
+
+class _Emitter:
+    def __init__(self, obs_dim: int):
+        self.decls: list[str] = []
+        self.body: list[str] = []
+        self.dims = [obs_dim]
+
+    def const(self, name: str, ctype: str, a: np.ndarray) -> None:
+        init = _floats(a) if ctype == "float" else _ints(a)
+        self.decls.append(f"static const {ctype} {name}{_dims(a.shape)} = {init};")
+
+    def op(self, i: int, op: Op, x: str, y: str) -> None:
+        a, n, b = op.arrays, self.dims[-1], self.body
+        out = op.out_dim(n)
+        p = f"L{i}_"
+        if op.kind == "normalize":
+            self.const(p + "MEAN", "float", a["mean"])
+            self.const(p + "STD", "float", a["std"])
+            c = float(op.attrs["clip"])
+            b.append(f"for (i = 0; i < {n}; ++i) {{ float v = ({x}[i] - {p}MEAN[i]) / {p}STD[i]; "
+                     f"{y}[i] = v < -{flit(c)} ? -{flit(c)} : (v > {flit(c)} ? {flit(c)} : v); }}")
+        elif op.kind == "dense":  # weights stored [in][out]: the inner loop over outputs vectorizes at -O2
+            self.const(p + "WT", "float", a["W"].T)
+            self.const(p + "B", "float", a["b"])
+            b.append(f"for (o = 0; o < {out}; ++o) {y}[o] = {p}B[o];\n" + _accumulate(y, p + "WT", x, n, out))
+        elif op.kind in ("relu", "tanh", "elu"):
+            expr = {"relu": f"{x}[i] > 0.0f ? {x}[i] : 0.0f", "tanh": f"tanhf({x}[i])",
+                    "elu": f"{x}[i] > 0.0f ? {x}[i] : expm1f({x}[i])"}[op.kind]
+            b.append(f"for (i = 0; i < {n}; ++i) {y}[i] = {expr};")
+        elif op.kind == "clip":
+            lo, hi = float(op.attrs["lo"]), float(op.attrs["hi"])
+            b.append(f"for (i = 0; i < {n}; ++i) {y}[i] = {x}[i] < {flit(lo)} ? {flit(lo)} : "
+                     f"({x}[i] > {flit(hi)} ? {flit(hi)} : {x}[i]);")
+        elif op.kind == "slice":
+            s0 = int(op.attrs["start"])
+            b.append(f"for (i = 0; i < {out}; ++i) {y}[i] = {x}[i + {s0}];")
+        elif op.kind == "group_lift":  # y[g c + j] = b[j] + sum_i W[j, i] (g x)[i], (g x)[i] = s[g, i] x[p[g, i]]
+            G, (c, d) = a["p"].shape[0], a["W"].shape
+            self.const(p + "WT", "float", a["W"].T)
+            self.const(p + "B", "float", a["b"])
+            self.const(p + "P", "unsigned short", a["p"])
+            self.const(p + "S", "signed char", a["s"].astype(np.int8))
+            b.append(f"for (g = 0; g < {G}; ++g) {{\n"
+                     f"    float *yg = {y} + g * {c};\n"
+                     f"    for (o = 0; o < {c}; ++o) yg[o] = {p}B[o];\n"
+                     f"    for (i = 0; i < {d}; ++i) gx[i] = {p}S[g][i] * {x}[{p}P[g][i]];\n"
+                     + _indent(_accumulate("yg", p + "WT", "gx", d, c)) + "\n}")
+            self.gx = max(getattr(self, "gx", 0), d)
+        elif op.kind == "group_dense":  # y[g co + o] = b[o] + sum_g' sum_i w[k[g, g'], o, i] x[g' ci + i]
+            G, co, ci = a["w"].shape
+            self.const(p + "WT", "float", a["w"].transpose(0, 2, 1))  # [G][c_in][c_out]
+            self.const(p + "B", "float", a["b"])
+            self.const(p + "K", "unsigned char", a["k"])
+            b.append(f"for (g = 0; g < {G}; ++g) {{\n"
+                     f"    float *yg = {y} + g * {co};\n"
+                     f"    for (o = 0; o < {co}; ++o) yg[o] = {p}B[o];\n"
+                     f"    for (h = 0; h < {G}; ++h) {{\n"
+                     f"        const float *xh = {x} + h * {ci};\n"
+                     + _indent(_accumulate("yg", f"{p}WT[{p}K[g][h]]", "xh", ci, co), 2) + "\n    }\n}")
+        elif op.kind == "group_project":  # y[a] = 1/G sum_g s[g, a] (W x[g] + b)[p[g, a]]
+            G, (A, c) = a["p"].shape[0], a["W"].shape
+            self.const(p + "W", "float", a["W"])
+            self.const(p + "B", "float", a["b"])
+            self.const(p + "P", "unsigned char", a["p"])
+            self.const(p + "S", "signed char", a["s"].astype(np.int8))
+            b.append(f"for (o = 0; o < {A}; ++o) {y}[o] = 0.0f;\n"
+                     f"for (g = 0; g < {G}; ++g) {{\n"
+                     f"    for (o = 0; o < {A}; ++o) {{ float acc = {p}B[o]; "
+                     f"for (i = 0; i < {c}; ++i) acc += {p}W[o][i] * {x}[g * {c} + i]; gx[o] = acc; }}\n"
+                     f"    for (o = 0; o < {A}; ++o) {y}[o] += {p}S[g][o] * gx[{p}P[g][o]];\n}}\n"
+                     f"for (o = 0; o < {A}; ++o) {y}[o] *= {flit(1.0 / G)};")
+            self.gx = max(getattr(self, "gx", 0), A)
+        else:
+            raise UserError(f"the C emitter has no op {op.kind!r}")
+        self.dims.append(out)
+
+
+def _indent(text: str, levels: int = 1) -> str:
+    return "\n".join("    " * levels + line for line in text.splitlines())
+
+
+def _check_signs(ops: list[Op]) -> None:
+    for op in ops:
+        if "s" in op.arrays and not np.all(np.isin(op.arrays["s"], (-1.0, 1.0))):
+            raise UserError("the C emitter stores group signs as +-1; this program has other values")
+
+
+def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy") -> tuple[str, str]:
+    """``(header, source)`` of the program with the layout's action-history bookkeeping."""
+    _check_signs(ops)
+    e = _Emitter(obs_dim)
+    bufs = ("buf_a", "buf_b")
+    for i, op in enumerate(ops):
+        e.op(i, op, "x" if i == 0 else bufs[(i - 1) % 2], bufs[i % 2])
+    width = max(e.dims)
+    act_dim = e.dims[-1]
+    if act_dim != layout.action_size or obs_dim != layout.group_size("policy"):
+        raise UserError(f"the policy maps {obs_dim} -> {act_dim}, the layout says "
+                        f"{layout.group_size('policy')} -> {layout.action_size}")
+    last = bufs[(len(ops) - 1) % 2]
+    guard = f"EMBODIED_{prefix.upper()}_H"
+    state_dim = layout.robot_size("policy")
+    header = f"""/* Generated by embodied (hardware/codegen.py). C99, float32, no malloc, no stdio. */
+#ifndef {guard}
+#define {guard}
+
+#define {prefix.upper()}_OBS_DIM {obs_dim}
+#define {prefix.upper()}_STATE_DIM {state_dim}
+#define {prefix.upper()}_ACT_DIM {act_dim}
+
+/* reset the action history (call at the start of every episode) */
+void {prefix}_reset(void);
+/* full observation ({obs_dim} floats, the layout's order) -> action ({act_dim} floats in [-1, 1]) */
+void {prefix}_forward(const float *obs, float *action);
+/* robot state ({state_dim} floats: the layout's robot terms in order) -> action; appends the action to the
+   history the next call observes */
+void {prefix}_step(const float *state, float *action);
+
+#endif
+"""
+    # observation assembly: robot terms from ``state``, history terms from the kept history
+    assemble, hist_decl, push = [], [], []
+    s_off = 0
+    for name, sl in layout.slices("policy").items():
+        term = next(t for t in layout.terms("policy") if t.name == name)
+        if term.source == "robot":
+            assemble.append(f"for (i = 0; i < {term.size}; ++i) obs[{sl.start} + i] = state[{s_off} + i];")
+            s_off += term.size
+        else:
+            hist_decl.append(f"static float hist_{name}[{term.size}];")
+            assemble.append(f"for (i = 0; i < {term.size}; ++i) obs[{sl.start} + i] = hist_{name}[i];")
+            push.append(f"for (i = 0; i < {term.size - act_dim}; ++i) hist_{name}[i] = hist_{name}[i + {act_dim}];\n"
+                        f"    for (i = 0; i < {act_dim}; ++i) hist_{name}[{term.size - act_dim} + i] = "
+                        f"action[i] < -1.0f ? -1.0f : (action[i] > 1.0f ? 1.0f : action[i]);")
+    resets = [f"for (i = 0; i < {t.size}; ++i) hist_{t.name}[i] = {flit(float(t.history_init))};"
+              for t in layout.terms("policy") if t.source == "history"]
+    nl = "\n    "
+    gx = f"\nstatic float gx[{e.gx}];" if hasattr(e, "gx") else ""
+    source = f"""/* Generated by embodied (hardware/codegen.py) from a policy program; do not edit.
+   C99, float32, static const weights, no malloc, no stdio. */
+#include <math.h>
+#include "{prefix}.h"
+
+{chr(10).join(e.decls)}
+
+static float buf_a[{width}];
+static float buf_b[{width}];{gx}
+{chr(10).join(hist_decl)}
+
+void {prefix}_forward(const float *x, float *action) {{
+    int i, o, g, h;
+    (void)g; (void)h; (void)o;
+    {nl.join(line.replace(chr(10), nl) for line in e.body)}
+    for (i = 0; i < {act_dim}; ++i) action[i] = {last}[i];
+}}
+
+void {prefix}_reset(void) {{
+    int i;
+    (void)i;
+    {nl.join(resets)}
+}}
+
+void {prefix}_step(const float *state, float *action) {{
+    static float obs[{obs_dim}];
+    int i;
+    {nl.join(assemble)}
+    {prefix}_forward(obs, action);
+    {nl.join(push)}
+}}
+"""
+    return header, source
+
+
+def compiler() -> str:
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise UserError("no C compiler found (install gcc, or set CC)")
+    return cc
+
+
+def compile_shared(source: Path, out: Path, extra: list[str] | None = None) -> Path:
+    """Build ``source`` into a shared library for ctypes (with the strict flags)."""
+    cmd = [compiler(), *CFLAGS, "-fPIC", "-shared", *(extra or []), str(source), "-o", str(out), "-lm"]
+    _run(cmd)
+    return out
+
+
+def compile_object(source: Path, out: Path, extra: list[str] | None = None) -> Path:
+    _run([compiler(), *CFLAGS, "-c", *(extra or []), str(source), "-o", str(out)])
+    return out
+
+
+def _run(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise UserError(f"C build failed ({' '.join(cmd)}): {(r.stderr or r.stdout).strip().splitlines()[0]}")
+
+
+def size_report(obj: Path) -> dict[str, int]:
+    """Berkeley ``size`` of an object: text (code + const data: what goes in flash), data, bss (RAM)."""
+    tool = shutil.which("size")
+    if tool is None:
+        return {}
+    r = subprocess.run([tool, str(obj)], capture_output=True, text=True, check=True)
+    text, data, bss = (int(v) for v in r.stdout.splitlines()[1].split()[:3])
+    return {"text": text, "data": data, "bss": bss, "flash": text + data, "ram": data + bss}
+
+
+def source_hash(*texts: str) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode())
+    return h.hexdigest()

@@ -1,0 +1,212 @@
+"""A policy's deterministic action path as a flat program of a few layer types, the one description
+export reads: ONNX is written from its folded form (plain matmuls), the C emitter from its compact
+form (an equivariant layer's free parameters stored once and expanded in the loops).
+
+Ops, applied in order to a vector ``x``:
+    normalize      y = clip((x - mean) / std, -clip, clip)
+    dense          y = W x + b                                   W [out, in]
+    relu | tanh | elu (alpha 1)
+    group_lift     y[g c + j] = b[j] + sum_i W[j, i] s[g, i] x[p[g, i]]       the GroupMLP lifting layer
+                   (W [c, in]; p, s: the group acting on the input, (g x)[i] = s[g, i] x[p[g, i]], so that
+                   y[g] = W (g x) + b)
+    group_dense    y[g c + o] = b[o] + sum_g' sum_i w[k[g, g'], o, i] x[g' c_in + i]      w [G, c_out, c_in]
+    group_project  y[a] = 1/G sum_g s[g, a] (W x[g] + b)[p[g, a]]           the projection to the action
+    slice          y = x[start:stop]
+    clip           y = clip(x, lo, hi)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.core.errors import UserError
+from embodied.policies.actor_critic import DeterministicActor, GaussianActor, SquashedGaussianActor
+from embodied.policies.networks import GroupMLP
+from embodied.policies.normalizer import EmpiricalNormalizer
+
+ACTIVATION_OPS = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.ELU: "elu"}
+
+
+@dataclass
+class Op:
+    kind: str
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    attrs: dict[str, float | int] = field(default_factory=dict)
+
+    def out_dim(self, in_dim: int) -> int:
+        a = self.arrays
+        if self.kind in ("dense", "group_project"):
+            return a["W"].shape[0]
+        if self.kind == "group_lift":
+            return a["p"].shape[0] * a["W"].shape[0]
+        if self.kind == "group_dense":
+            return a["k"].shape[0] * a["w"].shape[1]
+        if self.kind == "slice":
+            return int(self.attrs["stop"]) - int(self.attrs["start"])
+        return in_dim
+
+
+def _np(t: torch.Tensor, dtype=np.float32) -> np.ndarray:
+    return t.detach().cpu().numpy().astype(dtype)
+
+
+def _activation(module: nn.Module) -> Op:
+    for cls, kind in ACTIVATION_OPS.items():
+        if isinstance(module, cls):
+            if kind == "elu" and module.alpha != 1.0:
+                raise UserError(f"export supports ELU with alpha 1, got {module.alpha}")
+            return Op(kind)
+    raise UserError(f"export has no op for {type(module).__name__}")
+
+
+def _net_ops(net: nn.Module) -> list[Op]:
+    if isinstance(net, GroupMLP):
+        act = _activation(net.act)
+        ops = [Op("group_lift", {"W": _np(net.lift.weight), "b": _np(net.lift.bias),
+                                 "p": _np(net.in_index, np.int64), "s": _np(net.in_sign)}), act]
+        for w, b in zip(net.weights, net.biases):
+            ops += [Op("group_dense", {"w": _np(w), "b": _np(b), "k": _np(net.kernel, np.int64)}), act]
+        ops.append(Op("group_project", {"W": _np(net.out.weight), "b": _np(net.out.bias),
+                                        "p": _np(net.out_inv_index, np.int64), "s": _np(net.out_inv_sign)}))
+        return ops
+    if isinstance(net, nn.Sequential):
+        ops = []
+        for m in net:
+            if isinstance(m, nn.Linear):
+                ops.append(Op("dense", {"W": _np(m.weight), "b": _np(m.bias)}))
+            else:
+                ops.append(_activation(m))
+        return ops
+    raise UserError(f"export has no program for a {type(net).__name__} network")
+
+
+def program(actor: nn.Module) -> tuple[list[Op], int]:
+    """The actor's deterministic ``act`` path as ops, and its input size."""
+    ops: list[Op] = []
+    norm = actor.normalizer
+    if isinstance(norm, EmpiricalNormalizer):
+        ops.append(Op("normalize", {"mean": _np(norm.mean), "std": _np(torch.sqrt(norm.var + norm.eps))},
+                      {"clip": float(norm.clip)}))
+    ops += _net_ops(actor.net)
+    if isinstance(actor, DeterministicActor):
+        ops.append(Op("tanh"))
+    elif isinstance(actor, SquashedGaussianActor):
+        ops += [Op("slice", attrs={"start": 0, "stop": actor.act_dim}), Op("tanh")]
+    elif isinstance(actor, GaussianActor):
+        ops.append(Op("clip", attrs={"lo": -1.0, "hi": 1.0}))
+    else:
+        raise UserError(f"export has no program for a {type(actor).__name__}")
+    return ops, int(actor.init_kwargs["obs_dim"])
+
+
+def fold(ops: list[Op]) -> list[Op]:
+    """The same program with every group op as the dense matrix its shared weights make."""
+    out = []
+    for op in ops:
+        a = op.arrays
+        if op.kind == "group_lift":
+            W, p, s = a["W"], a["p"], a["s"]  # y[g c + j] = sum_i W[j, i] s[g, i] x[p[g, i]]
+            G, (c, d) = p.shape[0], W.shape
+            full = np.zeros((G, c, d), np.float32)
+            for g in range(G):  # p[g] is a permutation: column p[g, i] of image g is s[g, i] W[:, i]
+                full[g][:, p[g]] = W * s[g]
+            out.append(Op("dense", {"W": full.reshape(G * c, d), "b": np.tile(a["b"], G)}))
+        elif op.kind == "group_dense":
+            w, k = a["w"], a["k"]
+            G, co, ci = w.shape
+            full = w[k.reshape(-1)].reshape(G, G, co, ci).transpose(0, 2, 1, 3).reshape(G * co, G * ci)
+            out.append(Op("dense", {"W": np.ascontiguousarray(full), "b": np.tile(a["b"], G)}))
+        elif op.kind == "group_project":
+            W, b, p, s = a["W"], a["b"], a["p"], a["s"]  # y[a] = 1/G sum_g s[g,a] (W h[g] + b)[p[g,a]]
+            G = p.shape[0]
+            full = np.concatenate([W[p[g]] * s[g][:, None] for g in range(G)], axis=1) / G  # [A, G c]
+            bias = np.mean([b[p[g]] * s[g] for g in range(G)], axis=0)
+            out.append(Op("dense", {"W": full.astype(np.float32), "b": bias.astype(np.float32)}))
+        else:
+            out.append(op)
+    return out
+
+
+class ProgramModule(nn.Module):
+    """A folded program as a torch module of standard ops (what ``torch.onnx.export`` writes)."""
+
+    def __init__(self, ops: list[Op]):
+        super().__init__()
+        self.steps: list[tuple[str, str | None]] = []
+        for i, op in enumerate(ops):
+            name = f"op{i}"
+            if op.kind.startswith("group_"):
+                raise ValueError("fold() the program first")
+            if op.kind == "dense":
+                layer = nn.Linear(op.arrays["W"].shape[1], op.arrays["W"].shape[0])
+                layer.weight.data.copy_(torch.from_numpy(op.arrays["W"]))
+                layer.bias.data.copy_(torch.from_numpy(op.arrays["b"]))
+                self.add_module(name, layer)
+            elif op.kind == "normalize":
+                self.register_buffer(f"{name}_mean", torch.from_numpy(op.arrays["mean"]))
+                self.register_buffer(f"{name}_std", torch.from_numpy(op.arrays["std"]))
+            self.steps.append((op.kind, name))
+        self.attrs = [dict(op.attrs) for op in ops]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for (kind, name), attrs in zip(self.steps, self.attrs):
+            if kind == "dense":
+                x = getattr(self, name)(x)
+            elif kind == "normalize":
+                c = attrs["clip"]
+                x = ((x - getattr(self, f"{name}_mean")) / getattr(self, f"{name}_std")).clamp(-c, c)
+            elif kind == "relu":
+                x = torch.relu(x)
+            elif kind == "tanh":
+                x = torch.tanh(x)
+            elif kind == "elu":
+                x = nn.functional.elu(x)
+            elif kind == "slice":
+                x = x[..., int(attrs["start"]):int(attrs["stop"])]
+            elif kind == "clip":
+                x = x.clamp(attrs["lo"], attrs["hi"])
+            else:
+                raise ValueError(f"unknown op {kind!r}")
+        return x
+
+
+def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:
+    """Reference interpreter of a program (compact or folded) on ``[B, in]`` float64, for tests."""
+    x = np.asarray(x, np.float64)
+    for op in ops:
+        a, k = op.arrays, op.kind
+        if k == "normalize":
+            x = np.clip((x - a["mean"]) / a["std"], -op.attrs["clip"], op.attrs["clip"])
+        elif k == "dense":
+            x = x @ a["W"].T.astype(np.float64) + a["b"]
+        elif k == "relu":
+            x = np.maximum(x, 0.0)
+        elif k == "tanh":
+            x = np.tanh(x)
+        elif k == "elu":
+            x = np.where(x > 0, x, np.expm1(np.minimum(x, 0.0)))
+        elif k == "slice":
+            x = x[:, int(op.attrs["start"]):int(op.attrs["stop"])]
+        elif k == "clip":
+            x = np.clip(x, op.attrs["lo"], op.attrs["hi"])
+        elif k == "group_lift":
+            G = a["p"].shape[0]
+            x = np.concatenate([(x[:, a["p"][g]] * a["s"][g]) @ a["W"].T.astype(np.float64) + a["b"]
+                                for g in range(G)], axis=1)
+        elif k == "group_dense":
+            w, kk = a["w"].astype(np.float64), a["k"]
+            G, co, ci = w.shape
+            h = x.reshape(-1, G, ci)
+            x = np.concatenate([sum(h[:, gp] @ w[kk[g, gp]].T for gp in range(G)) + a["b"] for g in range(G)], 1)
+        elif k == "group_project":
+            G, c = a["p"].shape[0], a["W"].shape[1]
+            h = x.reshape(-1, G, c)
+            z = [h[:, g] @ a["W"].T.astype(np.float64) + a["b"] for g in range(G)]
+            x = sum(z[g][:, a["p"][g]] * a["s"][g] for g in range(G)) / G
+        else:
+            raise ValueError(f"unknown op {k!r}")
+    return x

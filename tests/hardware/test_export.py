@@ -1,0 +1,196 @@
+"""Export: the policy program against the torch actor (every actor kind), ONNX and C parity on observations
+recorded from the task, the closed loop with the runner keeping the action history, the generated C's
+constraints (-Werror, no malloc/stdio, flash size), the layout as data, and bad bundles."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import embodied
+from embodied.config import load_config
+from embodied.core.errors import UserError
+from embodied.core.layout import Layout, Term
+from embodied.hardware import export_run, load_bundle, read_bundle
+from embodied.hardware.codegen import compile_object
+from embodied.hardware.firmware import build_firmware
+from embodied.policies import DeterministicActor, GaussianActor, SquashedGaussianActor
+from embodied.policies.export import ProgramModule, fold, program, run_numpy
+from embodied.train import train
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module", params=["quadrotor-hover", "pendulum"])
+def bundle(request, tmp_path_factory):
+    """A short run of the task (its default learner and policy: TD3 with the equivariant actor / PPO with a
+    normalizing Gaussian actor), exported in every format."""
+    task = request.param
+    root = tmp_path_factory.mktemp(task)
+    cfg = load_config(task, "debug", ["total_steps=512", "log.progress=false", "log.tensorboard=false"])
+    run_dir, _ = train(cfg, root / "run")
+    meta = export_run(run_dir, root / "bundle", "all")
+    return {"task": task, "run": run_dir, "dir": root / "bundle", "meta": meta}
+
+
+def test_bundle_files_and_parity(bundle):
+    meta, d = bundle["meta"], bundle["dir"]
+    for name in ("policy.onnx", "bundle.json", "parity.json", "observations.npy", "policy.c", "policy.h",
+                 "firmware.c"):
+        assert (d / name).is_file(), name
+    p = json.loads((d / "parity.json").read_text())
+    assert p["observations"] >= 1000 and p["passed"]
+    assert p["torch_vs_onnxruntime"] <= TOL and p["c_vs_onnxruntime"] <= TOL and p["c_vs_torch"] <= TOL
+    on_disk = json.loads((d / "bundle.json").read_text())
+    assert on_disk["task"] == bundle["task"] and len(on_disk["run"]["config_sha256"]) == 64
+    assert on_disk["run"]["provenance"] is not None and "commit" in on_disk["run"]["provenance"]
+    assert set(on_disk["files"]) >= {"policy.onnx", "policy.c", "policy.h", "firmware.c", "observations.npy"}
+    assert meta["c"]["fits_64k_flash"] and 0 < meta["c"]["size"]["flash"] <= 64 * 1024
+
+
+def test_onnx_graph_is_plain_matmuls(bundle):
+    import onnx
+
+    model = onnx.load(str(bundle["dir"] / "policy.onnx"))
+    kinds = {n.op_type for n in model.graph.node}
+    assert kinds <= {"Gemm", "Relu", "Tanh", "Elu", "Clip", "Sub", "Div", "Slice"}, kinds
+    assert [i.name for i in model.graph.input] == ["obs"] and [o.name for o in model.graph.output] == ["action"]
+
+
+@pytest.mark.parametrize("backend", ["onnx", "c"])
+def test_runner_forward_matches_torch(bundle, backend):
+    runner = load_bundle(bundle["dir"], backend)
+    obs = np.load(bundle["dir"] / "observations.npy")
+    policy = embodied.load_policy(bundle["run"])
+    ref = policy.act(torch.from_numpy(obs)).numpy()
+    assert np.abs(runner.forward(obs) - ref).max() <= TOL
+
+
+@pytest.mark.parametrize("backend", ["onnx", "c"])
+def test_runner_keeps_the_action_history_in_closed_loop(bundle, backend):
+    """The runner sees only the robot's terms and builds the rest; flying the task with its actions gives
+    the torch policy's action on the task's own (full) observation at every step, across episode ends."""
+    runner = load_bundle(bundle["dir"], backend)
+    layout, policy = runner.layout, embodied.load_policy(bundle["run"])
+    env = embodied.make_env(bundle["task"], num_envs=1)
+    robot = [layout.slices("policy")[t.name] for t in layout.robot_terms()]
+    obs, _ = env.reset(seed=4)
+    runner.reset()
+    worst, ends = 0.0, 0
+    for _ in range(env.max_episode_steps + 50):
+        full = obs["policy"]
+        state = np.concatenate([full[0, sl].numpy() for sl in robot])
+        a = runner.act(state)
+        worst = max(worst, float(np.abs(a - policy.act(full)[0].numpy()).max()))
+        obs, _, term, trunc, _ = env.step(torch.from_numpy(np.asarray(a, np.float32))[None])
+        if bool(term[0] or trunc[0]):
+            runner.reset()
+            ends += 1
+    assert ends >= 1 and worst <= TOL
+
+
+def test_generated_c_is_freestanding(bundle, tmp_path):
+    src = (bundle["dir"] / "policy.c").read_text()
+    code = re.sub(r"/\*.*?\*/", "", src, flags=re.S)
+    for banned in ("malloc", "calloc", "realloc", "free(", "printf", "stdio", "FILE", "stdlib"):
+        assert banned not in code, banned
+    assert re.findall(r"#include <([^>]+)>", code) == ["math.h"]
+    assert "static const float" in code
+    compile_object(bundle["dir"] / "policy.c", tmp_path / "p.o", ["-I", str(bundle["dir"])])  # -Werror
+    assert build_firmware(bundle["dir"], tmp_path / "firmware").is_file()
+
+
+def test_quadrotor_actor_stores_shared_weights_once(bundle):
+    if bundle["task"] != "quadrotor-hover":
+        pytest.skip("the equivariant actor is the quadrotor's")
+    size = bundle["meta"]["c"]["size"]
+    actor = embodied.load_policy(bundle["run"]).actor
+    folded = sum(op.arrays["W"].size + op.arrays["b"].size for op in fold(program(actor)[0]) if op.kind == "dense")
+    assert folded * 4 > 100_000  # the folded 82-128-128-4 matrices are ~110 KB
+    assert size["flash"] < folded * 4 / 2.5  # the free parameters: ~1/4 of them, plus code and index tables
+
+
+# ---- the program, exactly ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["td3_group", "td3_plain_tanh_norm", "ppo_elu", "sac_group_norm"])
+def test_program_equals_the_actor(kind):
+    env = embodied.make_env("quadrotor-hover", num_envs=64)
+    obs, _ = env.reset(seed=0)
+    group = env.symmetry_group().to_spec()
+    torch.manual_seed(0)
+    actor = {"td3_group": lambda: DeterministicActor(82, 4, [128, 128], "relu", False, group=group),
+             "td3_plain_tanh_norm": lambda: DeterministicActor(82, 4, [64, 64], "tanh", True),
+             "ppo_elu": lambda: GaussianActor(82, 4, [64, 32], "elu"),
+             "sac_group_norm": lambda: SquashedGaussianActor(82, 4, [64, 64], "relu", True, group=group)}[kind]()
+    x = obs["policy"]
+    if hasattr(actor.normalizer, "update"):
+        actor.normalizer.update(x * 3 + 1)
+    for p in actor.parameters():
+        p.data.normal_(0.0, 0.05)
+    ref = actor.act(x).double().numpy()
+    assert 0.01 < np.abs(ref).mean() < 0.9  # not saturated
+    ops, dim = program(actor)
+    assert dim == 82
+    assert np.abs(run_numpy(ops, x.numpy()) - ref).max() < 1e-6
+    assert np.abs(run_numpy(fold(ops), x.numpy()) - ref).max() < 1e-6
+    assert np.abs(ProgramModule(fold(ops))(x).detach().numpy() - ref).max() < 1e-6
+
+
+# ---- layout --------------------------------------------------------------------------------------------
+def test_quadrotor_layout_describes_its_observation():
+    env = embodied.make_env("quadrotor-hover", num_envs=2, action_history=8)
+    layout = env.layout()
+    h = env.cfg.action_history
+    assert [t.name for t in layout.terms("policy")] == ["pos_w", "rot_wb", "lin_vel_w", "ang_vel_b", "action_history"]
+    assert layout.group_size("policy") == env.single_observation_space["policy"].shape[0] == 18 + 4 * h
+    assert layout.robot_size() == 18 and layout.control_hz == 100.0
+    assert layout.slices("policy")["action_history"] == slice(18, 18 + 4 * h)
+    (hist,) = [t for t in layout.terms("policy") if t.source == "history"]
+    assert hist.history_len == h and hist.size == 4 * h
+    (act,) = layout.action
+    assert act.offset + act.scale * 1.0 == pytest.approx(env.params.rpm_max) and act.offset + act.scale * -1 == 0
+    obs, _ = env.reset(seed=1)
+    sl = layout.slices("policy")["rot_wb"]
+    rot = obs["policy"][:, sl].reshape(-1, 3, 3)  # a rotation matrix (up to the observation noise)
+    assert torch.allclose(rot @ rot.transpose(1, 2), torch.eye(3).expand(2, 3, 3), atol=1e-2)
+    assert Layout.from_dict(json.loads(json.dumps(layout.to_dict()))) == layout
+
+
+def test_every_task_has_a_layout_that_matches_its_spaces():
+    for name in ("pendulum", "target", "quadrotor-hover"):
+        env = embodied.make_env(name, num_envs=1)
+        layout = env.layout()
+        layout.check({g: s.shape for g, s in env.single_observation_space.spaces.items()},
+                     env.single_action_space.shape)
+        assert layout.control_hz == pytest.approx(1.0 / env.control_dt)
+
+
+def test_layout_rejects_bad_terms():
+    with pytest.raises(ValueError):
+        Term("x", 0)
+    with pytest.raises(ValueError):
+        Term("x", 3, source="sensor")
+    with pytest.raises(UserError):
+        Layout.from_dict({"observation": {"policy": [{"name": "x"}]}, "action": [], "control_hz": 1})
+
+
+# ---- bad bundles ---------------------------------------------------------------------------------------
+def test_corrupt_or_missing_bundle_is_one_user_error(bundle, tmp_path):
+    copy = tmp_path / "b"
+    shutil.copytree(bundle["dir"], copy)
+    with open(copy / "policy.onnx", "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00\x01\x02")
+    with pytest.raises(UserError, match="policy.onnx .*hash"):
+        load_bundle(copy)
+    (copy / "bundle.json").write_text("{not json")
+    with pytest.raises(UserError, match="corrupt bundle"):
+        read_bundle(copy)
+    with pytest.raises(UserError, match="bundle.json missing"):
+        read_bundle(tmp_path / "nothing")
+    with pytest.raises(UserError, match="backend"):
+        load_bundle(bundle["dir"], "tflite")
