@@ -40,7 +40,32 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--out", default=None, help="bundle directory (default: RUN/bundle)")
     x.add_argument("--observations", type=int, default=1024,
                    help="recorded observations the parity check runs on (default 1024)")
+    d = sub.add_parser("deploy", help="fly a deploy bundle on a robot (sim://, serial://, mavlink://, crazyflie://)")
+    d.add_argument("--bundle", required=True, help="bundle directory (embodied export)")
+    d.add_argument("--robot", required=True, help="robot URI, e.g. sim://quadrotor-hover?mass=1.2")
+    d.add_argument("--duration", type=float, default=10.0, help="flight time [s] before landing (default 10)")
+    d.add_argument("--rate", type=float, default=None, help="control rate [Hz] (default: the layout's)")
+    d.add_argument("--backend", default="onnx", help="onnx | c: what runs the policy on this side")
+    d.add_argument("--log-dir", default=None, help="flight logs here (default: BUNDLE/flights)")
+    d.add_argument("--lockstep", action="store_true", help="no real-time pacing (a simulated plant waits)")
+    d.add_argument("--geofence", type=float, default=None, help="land when the position leaves this radius [m]")
+    d.add_argument("--max-rate", type=float, default=None, help="rate limit [action units / s]")
     return p
+
+
+def _cmd_deploy(args) -> int:
+    from embodied.hardware.deploy import deploy
+    from embodied.hardware.safety import SafetyConfig
+
+    if args.duration is not None and args.duration <= 0:
+        raise UserError("--duration must be > 0")
+    if args.rate is not None and args.rate <= 0:
+        raise UserError("--rate must be > 0")
+    summary = deploy(Path(args.bundle), args.robot, args.duration, args.rate, args.backend,
+                     Path(args.log_dir) if args.log_dir else None, args.lockstep,
+                     safety=SafetyConfig(max_rate=args.max_rate, geofence_radius=args.geofence))
+    print(json.dumps(summary))
+    return 1 if summary["outcome"] == "fault" else 0
 
 
 def _cmd_train(args) -> int:
@@ -109,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(stray)}")
         if extra:
             args.overrides = [*args.overrides, *extra]
-        commands = {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks, "export": _cmd_export}
+        commands = {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks, "export": _cmd_export,
+                    "deploy": _cmd_deploy}
         return commands[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -70,6 +70,16 @@ class VecEnv(abc.ABC):
         return generic_layout({g: s.shape for g, s in self.single_observation_space.spaces.items()},
                               self.single_action_space.shape, self.control_dt)
 
+    # a simulated robot's own plant (``sim://<task>?mass=1.2``): names of the physical parameters a task lets
+    # a user scale, and the scaling (multipliers of the nominal values, for every episode that starts after it)
+    def plant_parameters(self) -> tuple[str, ...]:
+        return ()
+
+    def scale_plant(self, **factors: float) -> None:
+        if factors:
+            raise UserError(f"task {type(self).__name__} has no plant parameters to scale "
+                            f"(got {', '.join(factors)})")
+
     # rendering: a task that draws overrides ``render_frame``; ``can_render`` says whether it does
     def render_frame(self, env_idx: int = 0) -> np.ndarray:
         """RGB frame ``uint8 [H, W, 3]`` of env ``env_idx`` in its current state."""

@@ -91,6 +91,7 @@ SIM_BACKENDS: Registry[Any] = Registry("sim backend")
 ALGOS: Registry[Any] = Registry("algorithm")  # name -> Algorithm subclass
 ENGINES: Registry[Any] = Registry("runtime engine")  # name -> Collector subclass
 POLICIES: Registry[Any] = Registry("policy")
+ROBOTS: Registry[Any] = Registry("robot URI scheme")  # scheme -> Robot subclass (embodied.hardware.robot)
 
 
 def register_task(spec: TaskSpec) -> TaskSpec:

@@ -412,6 +412,32 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             })
         return SymmetryGroup(elements, self.device)
 
+    # ---- a simulated robot's plant -----------------------------------------------------------
+    PLANT = {"mass": "mass", "inertia": "inertia", "thrust": "k_f", "torque": "k_m", "motor_tau": "motor_tau"}
+
+    def plant_parameters(self) -> tuple[str, ...]:
+        return (*self.PLANT, "noise")  # noise: the observation-noise std
+
+    def scale_plant(self, **factors: float) -> None:
+        unknown = set(factors) - set(self.plant_parameters())
+        if unknown:
+            raise UserError(f"unknown plant parameter(s) {', '.join(sorted(unknown))} of quadrotor-hover; "
+                            f"known: {', '.join(self.plant_parameters())}")
+        for name, f in factors.items():
+            if not (math.isfinite(f) and f > 0):
+                raise UserError(f"plant factor {name}={f} must be a positive number")
+        P = self.sim.PARAMS
+        for name, key in self.PLANT.items():
+            if name in factors:
+                P.view(self.nominal_p, key).mul_(factors[name])
+        if "noise" in factors:
+            keys = ("obs_noise_position", "obs_noise_orientation", "obs_noise_lin_vel", "obs_noise_ang_vel")
+            self.cfg = dataclasses.replace(self.cfg, **{k: getattr(self.cfg, k) * factors["noise"] for k in keys})
+            self.obs_noise_std.mul_(factors["noise"])
+        if self._fused is not None:
+            self._fused["nominal"][:] = self.nominal_p[0].numpy()
+            self._fused["coefs"] = None
+
     # ---- layout (what export and deploy read) -----------------------------------------------
     def layout(self) -> Layout:
         h, rpm_half = self.cfg.action_history, 0.5 * self.params.rpm_max
@@ -431,7 +457,12 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         return Layout({"policy": (*state, history), "critic": critic}, (action,), 1.0 / self.params.dt,
                       notes="x forward, y left, z up; the set-point is the origin; observation noise is not part of "
                             "the layout (sensors bring their own)",
-                      extras={"hover_action": self.hover_action, "rpm_max": self.params.rpm_max})
+                      extras={"hover_action": self.hover_action, "rpm_max": self.params.rpm_max,
+                              "position_term": "pos_w",
+                              # open-loop commands of the nominal plant: hover thrust, and 80% of it to descend
+                              "hold_action": [self.hover_action] * 4,
+                              "land_action": [2.0 * self.params.hover_rpm * math.sqrt(0.8) / self.params.rpm_max
+                                              - 1.0] * 4})
 
     # ---- rendering ---------------------------------------------------------------------------
     control_dt = QuadrotorParams.dt  # [s] one control step is one physics step (100 Hz)

@@ -1,0 +1,276 @@
+"""The fixed-rate control loop: robot -> policy -> safety filter -> robot, on a monotonic clock, with the
+lifecycle, the watchdog and the e-stop around it, and a flight log of every tick.
+
+Real-time mode sleeps to each deadline ``t0 + k / rate`` and records how late every tick started (jitter)
+and the ticks that started a whole period late (overruns; missed slots are skipped, never caught up).
+Lock-step mode runs each tick as soon as the last one ended (a simulated plant that waits for each action).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from embodied.core.errors import UserError
+from embodied.hardware.robot import Robot, RobotError
+from embodied.hardware.safety import (
+    EStop,
+    Lifecycle,
+    Mode,
+    SafetyConfig,
+    SafetyFilter,
+    Transition,
+    Watchdog,
+    WatchdogConfig,
+    isfinite,
+    jitter_stats,
+)
+
+
+@dataclass
+class LoopConfig:
+    rate_hz: float
+    duration_s: float | None = None  # stop (land, disarm) after this much flight time; None: ticks/episodes
+    max_ticks: int | None = None
+    episodes: int | None = None  # stop after the robot reports this many episode ends (simulated robots)
+    lockstep: bool = False
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    log_path: Path | None = None
+    log_states: bool = True  # state and action vectors in every log row
+    status: bool = True  # a live status line on stderr
+    status_every_s: float = 0.5
+
+
+class ControlLoop:
+    """``run() -> summary``. ``policy`` is a bundle runner (``act(state) -> action``, ``reset()``), or None
+    when the robot runs its own (``Robot.policy_action``: the serial firmware)."""
+
+    def __init__(self, robot: Robot, policy, cfg: LoopConfig, estop: EStop | None = None):
+        self.robot, self.policy, self.cfg = robot, policy, cfg
+        self.period = 1.0 / cfg.rate_hz
+        layout = robot.layout
+        low = np.array([t.low for t in layout.action for _ in range(t.size)], np.float32)
+        high = np.array([t.high for t in layout.action for _ in range(t.size)], np.float32)
+        self.safety = SafetyFilter(low, high, self.period, cfg.safety)
+        self.watchdog = Watchdog(cfg.watchdog)
+        self.estop = estop or EStop()  # share one between flights: a latched e-stop blocks the next arming
+        self._log = open(cfg.log_path, "w") if cfg.log_path else None  # noqa: SIM115 - closed in run()
+        self.lifecycle = Lifecycle(self._log_transition)
+        self.tick = 0
+        self.lateness: list[float] = []
+        self.policy_s: list[float] = []
+        self.overruns = 0
+        self.missed_commands = 0
+        self.episode_ends: list[dict] = []
+        self._stop_reason: str | None = None
+        self._land_ticks = 0
+        self._interrupts = 0
+
+    # ---- log ---------------------------------------------------------------------------------------
+    def _log_transition(self, t: Transition) -> None:
+        if self._log:
+            self._log.write(json.dumps({"transition": asdict(t), "t": time.monotonic()}) + "\n")
+
+    def _row(self, t: float, late: float, state, action, applied, policy_s, events) -> None:
+        if not self._log:
+            return
+        row = {"tick": self.tick, "t": round(t, 6), "mode": self.lifecycle.mode.value, "late_ms": round(late * 1e3, 4),
+               "policy_us": None if policy_s is None else round(policy_s * 1e6, 2)}
+        if self.cfg.log_states:
+            row["state"] = [round(float(v), 6) for v in state.values]
+            row["action"] = None if action is None else [round(float(v), 6) for v in action]
+            row["applied"] = None if applied is None else [round(float(v), 6) for v in applied]
+        if events:
+            row["events"] = events
+        if state.info.get("episode_end"):
+            row["episode_end"] = state.info["episode_end"]
+        self._log.write(json.dumps(row) + "\n")
+
+    # ---- control ----------------------------------------------------------------------------------
+    def request_estop(self, reason: str = "operator") -> None:
+        self.estop.trip(reason)
+
+    def request_stop(self, reason: str = "operator") -> None:
+        """Land and disarm (what Ctrl-C does; a second one is an e-stop)."""
+        self._interrupts += 1
+        if self._interrupts > 1:
+            self.estop.trip("second interrupt")
+        self._stop_reason = self._stop_reason or reason
+
+    def _compute(self, state) -> tuple[np.ndarray | None, float]:
+        t0 = time.perf_counter()
+        try:
+            a = self.robot.policy_action(state) if self.policy is None else self.policy.act(state.values)
+        except RobotError:
+            raise
+        except Exception as e:  # a failing policy is a missing command (hold), and logged
+            self._policy_error = f"{type(e).__name__}: {e}"
+            return None, time.perf_counter() - t0
+        return a, time.perf_counter() - t0
+
+    def _reset_policy(self) -> None:
+        if self.policy is not None:
+            self.policy.reset()
+        self.robot.reset_policy()
+        self.safety.reset()
+
+    def run(self) -> dict:
+        lc, robot, cfg = self.lifecycle, self.robot, self.cfg
+        outcome, fault = "completed", None
+        t_start = time.monotonic()
+        last_status = t_start
+        status_every = cfg.status_every_s if sys.stderr.isatty() else max(cfg.status_every_s, 5.0)
+        if self.estop.latched:
+            raise UserError(f"the e-stop is latched ({self.estop.reason}); reset it before arming")
+        try:
+            lc.to(Mode.CONNECTED, 0, "link open")
+            robot.arm()
+            lc.to(Mode.ARMED, 0, "armed")
+            self._reset_policy()
+            lc.to(Mode.ACTIVE, 0, "control loop started")
+            last_seq = None
+            t0 = time.monotonic()
+            deadline = t0
+            while True:
+                now = time.monotonic()
+                late = 0.0 if cfg.lockstep else max(0.0, now - deadline)
+                if not cfg.lockstep:
+                    self.lateness.append(late)
+                    if late >= self.period:  # a whole slot missed: count it, skip ahead, never catch up
+                        missed = int(late // self.period)
+                        self.overruns += missed
+                        deadline += missed * self.period
+                elapsed = now - t0
+                if self.estop.latched:
+                    lc.to(Mode.ESTOP, self.tick, f"e-stop: {self.estop.reason}")
+                    robot.estop()
+                    lc.to(Mode.DISARMED, self.tick, "e-stop")
+                    outcome = "estop"
+                    break
+                done = ((cfg.duration_s is not None and elapsed >= cfg.duration_s)
+                        or (cfg.max_ticks is not None and self.tick >= cfg.max_ticks)
+                        or (cfg.episodes is not None and len(self.episode_ends) >= cfg.episodes))
+                if done and lc.mode in (Mode.ACTIVE, Mode.HOLD):
+                    if cfg.episodes is not None or cfg.max_ticks is not None:  # a measured run: stop at once
+                        break
+                    lc.to(Mode.LANDING, self.tick, "end of flight")
+                if self._stop_reason and lc.mode in (Mode.ACTIVE, Mode.HOLD):
+                    lc.to(Mode.LANDING, self.tick, self._stop_reason)
+
+                state = robot.observe()
+                fresh = state.seq != last_seq
+                last_seq = state.seq
+                if not isfinite(state.values):
+                    self.safety.counts.nonfinite_state += 1
+                    fresh = False
+                if state.info.get("episode_end"):
+                    self.episode_ends.append(state.info["episode_end"])
+                if state.info.get("new_episode") and self.tick > 0:
+                    self._reset_policy()
+                events: list[str] = []
+                action, policy_s = None, None
+                if lc.mode in (Mode.ACTIVE, Mode.HOLD):
+                    verdict = self.watchdog.update(fresh, self._command_ok)
+                    if verdict == "hold" and lc.mode == Mode.ACTIVE:
+                        lc.to(Mode.HOLD, self.tick, "stale state" if not fresh else "missing command")
+                    elif verdict == "ok" and lc.mode == Mode.HOLD:
+                        lc.to(Mode.ACTIVE, self.tick, "recovered")
+                        self._reset_policy()
+                    elif verdict == "land":
+                        lc.to(Mode.LANDING, self.tick, "hold timed out")
+                if lc.mode == Mode.ACTIVE:
+                    action, policy_s = self._compute(state)
+                    self.policy_s.append(policy_s)
+                    self._command_ok = action is not None and policy_s <= self.period
+                    if not self._command_ok:
+                        self.missed_commands += 1
+                        events.append("missed_command")
+                    command = action if action is not None else robot.hold_action()
+                    command, ev = self.safety(command, robot.hold_action())
+                    events += ev
+                    if self.safety.outside_fence(robot.position(state)):
+                        self.safety.counts.geofence += 1
+                        events.append("geofence")
+                        lc.to(Mode.LANDING, self.tick, "geofence")
+                        command, _ = self.safety(robot.land_action(), robot.land_action())
+                elif lc.mode == Mode.HOLD:
+                    command, ev = self.safety(robot.hold_action(), robot.hold_action())
+                    events += ev
+                elif lc.mode == Mode.LANDING:
+                    command = robot.land_action()
+                    self._land_ticks += 1
+                    if self._land_ticks > cfg.watchdog.land_ticks:
+                        robot.disarm()
+                        lc.to(Mode.DISARMED, self.tick, "landed")
+                        break
+                else:
+                    break
+                applied = robot.send_action(command)
+                self._row(time.monotonic() - t_start, late, state, action, applied, policy_s, events)
+                self.tick += 1
+                if cfg.status and time.monotonic() - last_status >= status_every:
+                    last_status = time.monotonic()
+                    self._print_status(elapsed)
+                if not cfg.lockstep:
+                    deadline += self.period
+                    pause = deadline - time.monotonic()
+                    if pause > 0:
+                        time.sleep(pause)
+            if lc.mode not in (Mode.DISARMED, Mode.ESTOP):
+                robot.disarm()
+                lc.to(Mode.DISARMED, self.tick, "stopped")
+        except (RobotError, OSError) as e:
+            outcome, fault = "fault", f"{type(e).__name__}: {e}"
+            if lc.mode != Mode.DISARMED:
+                lc.to(Mode.FAULT, self.tick, fault)
+                try:
+                    robot.disarm()
+                finally:
+                    lc.to(Mode.DISARMED, self.tick, "fault")
+        finally:
+            if cfg.status:
+                self._print_status(time.monotonic() - t_start, final=True)
+            summary = self.summary(time.monotonic() - t_start, outcome, fault)
+            if self._log:
+                self._log.write(json.dumps({"summary": summary}) + "\n")
+                self._log.close()
+        return summary
+
+    _command_ok = True
+    _policy_error: str | None = None
+
+    def summary(self, wall: float, outcome: str, fault: str | None) -> dict:
+        ticks = self.tick
+        on_time = sum(1 for x in self.lateness if x < self.period) if self.lateness else ticks
+        ends = self.episode_ends
+        out = {
+            "outcome": outcome, "fault": fault, "ticks": ticks, "wall_s": wall, "rate_hz": self.cfg.rate_hz,
+            "achieved_hz": ticks / wall if wall > 0 else 0.0, "lockstep": self.cfg.lockstep,
+            "overruns": self.overruns, "on_time_fraction": on_time / max(1, len(self.lateness) or ticks),
+            "jitter": jitter_stats(self.lateness), "missed_commands": self.missed_commands,
+            "policy_us_mean": float(np.mean(self.policy_s) * 1e6) if self.policy_s else None,
+            "interventions": asdict(self.safety.counts), "watchdog_trips": self.watchdog.trips,
+            "transitions": [asdict(t) for t in self.lifecycle.history], "robot": self.robot.status(),
+            "policy_error": self._policy_error,
+        }
+        if ends:
+            out["episodes"] = len(ends)
+            out["success_rate"] = sum(bool(e.get("success")) for e in ends) / len(ends)
+        return out
+
+    def _print_status(self, elapsed: float, final: bool = False) -> None:
+        hz = self.tick / elapsed if elapsed > 0 else 0.0
+        eps = f"  episodes {len(self.episode_ends)} ({sum(bool(e.get('success')) for e in self.episode_ends)} ok)" \
+            if self.episode_ends else ""
+        line = (f"t {elapsed:6.1f}s  rate {hz:7.1f} Hz  overruns {self.overruns}  "
+                f"interventions {self.safety.counts.total()}  mode {self.lifecycle.mode.value}{eps}")
+        if sys.stderr.isatty():
+            print("\r" + line, end="\n" if final else "", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
