@@ -69,7 +69,8 @@ def test_safety_filter_exact_values():
     a, ev = f(np.array([np.nan, 0.95]), np.array([0.45, 0.2]))
     assert np.allclose(a, [0.45, 0.9]) and ev == ["nonfinite_action", "rate_limited"]
     assert (f.counts.nonfinite_action, f.counts.clipped, f.counts.rate_limited) == (1, 1, 2)
-    fence = SafetyFilter(np.zeros(1), np.ones(1), 0.01, SafetyConfig(geofence_radius=1.0, geofence_box=(-2, 2, -2, 2, 0, 3)))
+    fence = SafetyFilter(np.zeros(1), np.ones(1), 0.01,
+                         SafetyConfig(geofence_radius=1.0, geofence_box=(-2, 2, -2, 2, 0, 3)))
     assert not fence.outside_fence(np.array([0.5, 0.5, 0.5]))
     assert fence.outside_fence(np.array([0.9, 0.9, 0.5]))  # outside the radius
     assert fence.outside_fence(np.array([0.1, 0.1, -0.1]))  # below the box
