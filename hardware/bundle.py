@@ -62,22 +62,31 @@ def export_run(run_dir: Path, out: Path | None = None, fmt: str = "all", count: 
     from embodied.checkpoint import load_checkpoint, policy_from_checkpoint
     from embodied.config import config_from_dict, to_yaml
     from embodied.evaluate import make_eval_env
-    from embodied.hardware.onnx_export import program_to_onnx
-    from embodied.policies.export import fold, program
-    from embodied.provenance import code_commit, versions
 
-    if fmt not in FORMATS:
-        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    _check_format(fmt)
     run_dir = Path(run_dir)
     ckpt = load_checkpoint(run_dir)
     cfg = config_from_dict(ckpt["config"])
     policy = policy_from_checkpoint(ckpt, run_dir)
     env = make_eval_env(cfg, num_envs=1, device="cpu")
     layout = env.layout()
-    spaces = {g: s.shape for g, s in env.single_observation_space.spaces.items()}
-    layout.check(spaces, env.single_action_space.shape)
-    ops, obs_dim = program(policy.actor)
+    layout.check({g: s.shape for g, s in env.single_observation_space.spaces.items()}, env.single_action_space.shape)
     out = Path(out) if out else run_dir / "bundle"
+    _writable(out)
+    obs = record_observations(policy, cfg, count)
+    run_prov = run_dir / "provenance.json"
+    source = {"dir": str(run_dir.resolve()), "step": int(ckpt["step"]),
+              "config_sha256": hashlib.sha256(to_yaml(cfg).encode()).hexdigest(),
+              "provenance": json.loads(run_prov.read_text()) if run_prov.exists() else None}
+    return write_bundle(policy.actor, layout, obs, out, fmt, cfg.task, source)
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+def _writable(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".write_test"
@@ -86,12 +95,27 @@ def export_run(run_dir: Path, out: Path | None = None, fmt: str = "all", count: 
     except OSError as e:
         raise UserError(f"cannot write the bundle to {out}: {e.strerror or e}") from None
 
-    obs = record_observations(policy, cfg, count)
-    np.save(out / "observations.npy", obs)
-    ref = policy.act(torch.from_numpy(obs)).numpy()
+
+@torch.no_grad()
+def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: Path, fmt: str = "all",
+                 task: str | None = None, source: dict | None = None) -> dict:
+    """The bundle of any exportable actor: ONNX (and C) from its program, parity on ``obs`` against
+    ``actor.act``, metadata. ``source`` says where the policy came from (a run: dir, step, config hash)."""
     import onnx
 
-    onnx.save(program_to_onnx(fold(ops), obs_dim, doc=f"embodied policy of {cfg.task}"), str(out / "policy.onnx"))
+    from embodied.hardware.onnx_export import program_to_onnx
+    from embodied.policies.export import fold, program
+    from embodied.provenance import code_commit, versions
+
+    _check_format(fmt)
+    out = Path(out)
+    _writable(out)
+    actor = actor.eval()
+    ops, obs_dim = program(actor)
+    obs = np.ascontiguousarray(obs, np.float32)
+    np.save(out / "observations.npy", obs)
+    ref = actor.act(torch.from_numpy(obs)).numpy()
+    onnx.save(program_to_onnx(fold(ops), obs_dim, doc=f"embodied policy of {task}"), str(out / "policy.onnx"))
     onnx_out = _session(out / "policy.onnx").run(None, {"obs": obs})[0]
     parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL,
               "torch_vs_onnxruntime": float(np.abs(onnx_out - ref).max())}
@@ -101,28 +125,23 @@ def export_run(run_dir: Path, out: Path | None = None, fmt: str = "all", count: 
         from embodied.hardware.codegen import compile_object, emit_c, size_report
         from embodied.hardware.firmware import firmware_source
 
-        header, source = emit_c(ops, obs_dim, layout)
+        header, source_c = emit_c(ops, obs_dim, layout)
         (out / "policy.h").write_text(header)
-        (out / "policy.c").write_text(source)
+        (out / "policy.c").write_text(source_c)
         (out / "firmware.c").write_text(firmware_source(layout))
         files += list(CFILES)
-        lib = CPolicy.build(out)
-        c_out = lib.forward(obs)
+        c_out = CPolicy.build(out).forward(obs)
         parity["c_vs_onnxruntime"] = float(np.abs(c_out - onnx_out).max())
         parity["c_vs_torch"] = float(np.abs(c_out - ref).max())
         size = size_report(compile_object(out / "policy.c", out / "build" / "policy.o"))
         c_info = {"size": size, "fits_64k_flash": bool(size and size["flash"] <= 64 * 1024)}
     parity["passed"] = all(v <= PARITY_TOL for k, v in parity.items() if "_vs_" in k)
     (out / "parity.json").write_text(json.dumps(parity, indent=1))
-    config_text = to_yaml(cfg)
-    run_prov = run_dir / "provenance.json"
     meta = {
-        "format": FORMAT, "task": cfg.task, "layout": layout.to_dict(),
+        "format": FORMAT, "task": task, "layout": layout.to_dict(),
         "policy": {"input": "obs", "output": "action", "obs_dim": obs_dim, "act_dim": layout.action_size,
-                   "actor": type(policy.actor).__name__, "ops": [op.kind for op in ops]},
-        "run": {"dir": str(run_dir.resolve()), "step": int(ckpt["step"]),
-                "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
-                "provenance": json.loads(run_prov.read_text()) if run_prov.exists() else None},
+                   "actor": type(actor).__name__, "ops": [op.kind for op in ops]},
+        "run": source,
         "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
                      **versions("torch", "onnx", "onnxruntime")},
         "parity": parity, "c": c_info,

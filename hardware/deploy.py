@@ -30,6 +30,7 @@ def deploy(bundle_dir: Path, uri: str, duration: float | None = 10.0, rate: floa
            backend: str = "onnx", log_dir: Path | None = None, lockstep: bool = False, **loop_kw) -> dict:
     runner = load_bundle(bundle_dir, backend)  # a corrupt bundle: UserError before anything moves
     robot = make_robot(uri)
+    robot.attach_bundle(Path(bundle_dir))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_dir = (Path(log_dir) if log_dir else Path(bundle_dir) / "flights").resolve()
     try:

@@ -111,37 +111,45 @@ static void feed(uint8_t byte) {{
     dispatch(frame[3], frame + 5, (uint8_t)n);
 }}
 
-/* ---- POSIX serial I/O (replace these two on a microcontroller) ---- */
-static int fd = -1;
+/* ---- POSIX serial I/O (replace these on a microcontroller) ---- */
+static int fd_in = -1, fd_out = -1;
 
 static int port_write(const uint8_t *buf, int n) {{
     int done = 0;
     while (done < n) {{
-        ssize_t w = write(fd, buf + done, (size_t)(n - done));
+        ssize_t w = write(fd_out, buf + done, (size_t)(n - done));
         if (w <= 0) return -1;
         done += (int)w;
     }}
     return 0;
 }}
 
+static void make_raw(int fd) {{
+    struct termios t;
+    if (tcgetattr(fd, &t) != 0) return;  /* not a terminal (a pipe, a socket): nothing to set */
+    t.c_iflag &= (tcflag_t)~(IGNBRK | BRKINT | PARMRK | ISTRIP | INLCR | IGNCR | ICRNL | IXON);
+    t.c_oflag &= (tcflag_t)~OPOST;
+    t.c_lflag &= (tcflag_t)~(ECHO | ECHONL | ICANON | ISIG | IEXTEN);
+    t.c_cflag &= (tcflag_t)~(CSIZE | PARENB);
+    t.c_cflag |= CS8;
+    t.c_cc[VMIN] = 1; t.c_cc[VTIME] = 0;
+    tcsetattr(fd, TCSANOW, &t);
+}}
+
+/* usage: firmware <tty path>   or   firmware -   (the line on stdin/stdout) */
 int main(int argc, char **argv) {{
     uint8_t buf[256];
-    struct termios t;
     if (argc < 2) return 2;
-    fd = open(argv[1], O_RDWR | O_NOCTTY);
-    if (fd < 0) return 1;
-    if (tcgetattr(fd, &t) == 0) {{
-        t.c_iflag &= (tcflag_t)~(IGNBRK | BRKINT | PARMRK | ISTRIP | INLCR | IGNCR | ICRNL | IXON);
-        t.c_oflag &= (tcflag_t)~OPOST;
-        t.c_lflag &= (tcflag_t)~(ECHO | ECHONL | ICANON | ISIG | IEXTEN);
-        t.c_cflag &= (tcflag_t)~(CSIZE | PARENB);
-        t.c_cflag |= CS8;
-        t.c_cc[VMIN] = 1; t.c_cc[VTIME] = 0;
-        tcsetattr(fd, TCSANOW, &t);
+    if (argv[1][0] == '-' && argv[1][1] == 0) {{
+        fd_in = 0; fd_out = 1;
+    }} else {{
+        fd_in = fd_out = open(argv[1], O_RDWR | O_NOCTTY);
+        if (fd_in < 0) return 1;
     }}
+    make_raw(fd_in);
     policy_reset();
     for (;;) {{
-        ssize_t i, r = read(fd, buf, sizeof(buf));
+        ssize_t i, r = read(fd_in, buf, sizeof(buf));
         if (r <= 0) return 0;  /* the host closed the line */
         for (i = 0; i < r; ++i) feed(buf[i]);
     }}

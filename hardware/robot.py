@@ -90,6 +90,9 @@ class Robot(abc.ABC):
         firmware's)."""
         raise NotImplementedError
 
+    def attach_bundle(self, bundle_dir) -> None:  # noqa: B027 - optional hook
+        """The bundle about to fly (a driver that runs the policy on the robot builds its firmware from it)."""
+
     def reset_policy(self) -> None:  # noqa: B027 - optional hook
         """Reset an onboard policy's action history (a new flight)."""
 
