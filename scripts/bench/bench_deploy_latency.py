@@ -109,8 +109,8 @@ def emx_peer(onnx_path: Path, workdir: Path, obs: int, act: int, n: int) -> dict
     # its entry point: void model(const float obs[restrict 1][N], float action[restrict 1][M])
     res = {"available": True, "source_bytes": len(src), "mallocs": "malloc(" in src}
     try:
-        res["c_loop_O2_us"] = c_loop([out], workdir, "model(const float (*obs)[%d], float (*action)[%d])" % (obs, act),
-                                     "model((const float (*)[%d])obs, (float (*)[%d])act)" % (obs, act), obs, act,
+        res["c_loop_O2_us"] = c_loop([out], workdir, f"model(const float (*obs)[{obs}], float (*action)[{act}])",
+                                     f"model((const float (*)[{obs}])obs, (float (*)[{act}])act)", obs, act,
                                      ["-O2"], workdir, n)
         obj = workdir / "emx.o"
         subprocess.run(["gcc", "-std=c99", "-O2", "-c", str(out), "-o", str(obj)], check=True, capture_output=True)
