@@ -63,7 +63,8 @@ class ControlLoop:
         self._log = open(cfg.log_path, "w") if cfg.log_path else None  # noqa: SIM115 - closed in run()
         self.lifecycle = Lifecycle(self._log_transition)
         self.tick = 0
-        self.lateness: list[float] = []
+        self.lateness: list[float] = []  # how late each tick started [s] (real time)
+        self.finish_slack: list[float] = []  # time left to the next deadline when the command was sent [s]
         self.policy_s: list[float] = []
         self.overruns = 0
         self.missed_commands = 0
@@ -133,6 +134,8 @@ class ControlLoop:
             robot.arm()
             lc.to(Mode.ARMED, 0, "armed")
             self._reset_policy()
+            self._compute(robot.observe())  # warm-up call, not applied: the first tick is not the slow one
+            self._reset_policy()
             lc.to(Mode.ACTIVE, 0, "control loop started")
             last_seq = None
             t0 = time.monotonic()
@@ -200,6 +203,9 @@ class ControlLoop:
                         lc.to(Mode.LANDING, self.tick, "geofence")
                         command, _ = self.safety(robot.land_action(), robot.land_action())
                 elif lc.mode == Mode.HOLD:
+                    if fresh:  # the policy still runs (not applied): a hold for a missing command ends when it is back
+                        action, policy_s = self._compute(state)
+                        self._command_ok = action is not None and policy_s <= self.period
                     command, ev = self.safety(robot.hold_action(), robot.hold_action())
                     events += ev
                 elif lc.mode == Mode.LANDING:
@@ -212,6 +218,8 @@ class ControlLoop:
                 else:
                     break
                 applied = robot.send_action(command)
+                if not cfg.lockstep:  # on time: the command reached the robot before the next tick's deadline
+                    self.finish_slack.append(deadline + self.period - time.monotonic())
                 self._row(time.monotonic() - t_start, late, state, action, applied, policy_s, events)
                 self.tick += 1
                 if cfg.status and time.monotonic() - last_status >= status_every:
@@ -247,12 +255,14 @@ class ControlLoop:
 
     def summary(self, wall: float, outcome: str, fault: str | None) -> dict:
         ticks = self.tick
-        on_time = sum(1 for x in self.lateness if x < self.period) if self.lateness else ticks
+        on_time = sum(1 for x in self.finish_slack if x >= 0.0)
         ends = self.episode_ends
         out = {
             "outcome": outcome, "fault": fault, "ticks": ticks, "wall_s": wall, "rate_hz": self.cfg.rate_hz,
             "achieved_hz": ticks / wall if wall > 0 else 0.0, "lockstep": self.cfg.lockstep,
-            "overruns": self.overruns, "on_time_fraction": on_time / max(1, len(self.lateness) or ticks),
+            "overruns": self.overruns,
+            # missed slots count as late ticks
+            "on_time_fraction": on_time / (len(self.finish_slack) + self.overruns) if self.finish_slack else None,
             "jitter": jitter_stats(self.lateness), "missed_commands": self.missed_commands,
             "policy_us_mean": float(np.mean(self.policy_s) * 1e6) if self.policy_s else None,
             "interventions": asdict(self.safety.counts), "watchdog_trips": self.watchdog.trips,

@@ -67,7 +67,9 @@ class SimRobot(Robot):
         self.layout = self.env.layout()
         slices = self.layout.slices("policy")
         self._robot = [slices[t.name] for t in self.layout.robot_terms("policy")]
-        self._obs, _ = self.env.reset(seed=self.seed)
+        self.env.reset(seed=self.seed)
+        self.env.step(torch.zeros(1, self.layout.action_size, device=self.env.device))  # warm (JIT, caches)
+        self._obs, _ = self.env.reset(seed=self.seed)  # the same start as without the warm-up step
         self._seq, self._new_episode = 0, True
         self._reads, self._last_state = 0, None
         self._last_end: dict | None = None

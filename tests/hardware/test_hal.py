@@ -131,7 +131,7 @@ def test_nan_state_is_never_fed_to_the_policy(hover_bundle):
 def test_missed_deadline_is_a_missing_command(hover_bundle):
     runner = load_bundle(hover_bundle)
 
-    class Slow:  # a policy that misses its 10 ms deadline on ticks 20-22
+    class Slow:  # a policy that misses its 10 ms deadline on ticks 19-21 (call 1 is the loop's warm-up call)
         calls = 0
 
         def reset(self):
@@ -139,7 +139,7 @@ def test_missed_deadline_is_a_missing_command(hover_bundle):
 
         def act(self, s):
             Slow.calls += 1
-            if 20 <= Slow.calls <= 22:
+            if 21 <= Slow.calls <= 23:
                 time.sleep(0.015)
             return runner.act(s)
 
@@ -164,7 +164,7 @@ def test_estop_stops_at_once_and_blocks_the_next_flight(hover_bundle):
 
         def act(self, s):
             self.k += 1
-            if self.k == 25:
+            if self.k == 26:  # tick 24 (call 1 is the loop's warm-up call)
                 estop.trip("test button")
             return runner.act(s)
 
