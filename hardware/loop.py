@@ -138,7 +138,7 @@ class ControlLoop:
             self._reset_policy()
             lc.to(Mode.ACTIVE, 0, "control loop started")
             last_seq = None
-            t0 = time.monotonic()
+            t0 = self._t_loop = time.monotonic()
             deadline = t0
             while True:
                 now = time.monotonic()
@@ -230,6 +230,7 @@ class ControlLoop:
                     pause = deadline - time.monotonic()
                     if pause > 0:
                         time.sleep(pause)
+                self._t_end = time.monotonic()
             if lc.mode not in (Mode.DISARMED, Mode.ESTOP):
                 robot.disarm()
                 lc.to(Mode.DISARMED, self.tick, "stopped")
@@ -252,6 +253,7 @@ class ControlLoop:
 
     _command_ok = True
     _policy_error: str | None = None
+    _t_loop = _t_end = 0.0  # when the control clock started (after arming) and when its last tick ended
 
     def summary(self, wall: float, outcome: str, fault: str | None) -> dict:
         ticks = self.tick
@@ -259,7 +261,8 @@ class ControlLoop:
         ends = self.episode_ends
         out = {
             "outcome": outcome, "fault": fault, "ticks": ticks, "wall_s": wall, "rate_hz": self.cfg.rate_hz,
-            "achieved_hz": ticks / wall if wall > 0 else 0.0, "lockstep": self.cfg.lockstep,
+            "achieved_hz": ticks / (self._t_end - self._t_loop) if ticks and self._t_end > self._t_loop else 0.0,
+            "lockstep": self.cfg.lockstep,
             "overruns": self.overruns,
             # missed slots count as late ticks
             "on_time_fraction": on_time / (len(self.finish_slack) + self.overruns) if self.finish_slack else None,

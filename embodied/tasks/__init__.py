@@ -2,4 +2,4 @@
 
 from embodied.tasks.classic import pendulum, target  # noqa: F401
 from embodied.tasks.locomotion import mujoco_v5  # noqa: F401
-from embodied.tasks.quadrotor import hover  # noqa: F401
+from embodied.tasks.quadrotor import hover, rates  # noqa: F401

@@ -1,0 +1,121 @@
+"""quadrotor-hover-rates: the hover task one level up, the action an autopilot takes over MAVLink or cflib:
+collective thrust and body rates, with a rate controller inside the plant.
+
+    action = [thrust, p, q, r] in [-1, 1]:  thrust = (a0 + 1) / 2 of the vehicle's maximum total thrust,
+             body rates (x forward, y left, z up) = a[1:] * (max_rate_rp, max_rate_rp, max_rate_yaw) [rad/s]
+    rate controller (the firmware's, at the control rate, with the nominal constants it was flashed with):
+             tau = J_nom K (w_cmd - w) + w x J_nom w,  then the X-mixer's inverse gives rotor thrusts,
+             clipped to [0, f_max], and rotor speeds sqrt(f / k_f_nom) go to the motors (with their lag).
+
+Everything else (observations, reward, termination, initial states, randomization, success) is
+``quadrotor-hover``'s, so its results compare; it runs on the torch path (the fused kernel is RPM-level).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from embodied.core.errors import UserError
+from embodied.core.layout import ActionTerm, Layout
+from embodied.core.registry import TaskSpec, register_task
+from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, permutation
+from embodied.kernels.quadrotor import GRAVITY, ROTOR_DIR, ROTOR_X, ROTOR_Y
+from embodied.tasks.quadrotor.hover import MIRRORS, QuadrotorHoverConfig, QuadrotorHoverEnv
+
+
+@dataclass
+class QuadrotorRatesConfig(QuadrotorHoverConfig):
+    kernel: str = "torch"  # the fused numba step is RPM-level; this task runs the tensor path
+    max_rate_rp: float = 6.0  # [rad/s] roll and pitch rate at |a| = 1
+    max_rate_yaw: float = 3.0  # [rad/s]
+    rate_gain_rp: float = 6.0  # [1/s] proportional rate gain (with 0.15 s motor lag: damping ~0.7)
+    rate_gain_yaw: float = 3.0  # [1/s]
+
+
+def mixer_inverse(k_m: float) -> torch.Tensor:
+    """``[4, 4]``: rotor thrusts from (total thrust, tau_x, tau_y, tau_z) for the X configuration."""
+    rx, ry, rd = torch.tensor(ROTOR_X), torch.tensor(ROTOR_Y), torch.tensor(ROTOR_DIR)
+    a = torch.stack([torch.ones(4), ry, -rx, k_m * rd])
+    return torch.linalg.inv(a.double()).float()
+
+
+class QuadrotorRatesEnv(QuadrotorHoverEnv):
+    def __init__(self, cfg: QuadrotorRatesConfig, num_envs: int, device="cpu", seed: int = 0):
+        if cfg.kernel not in ("torch", "auto"):
+            raise UserError(f"quadrotor-hover-rates runs on the torch path; env.kernel={cfg.kernel!r} is RPM-level only")
+        cfg = dataclasses.replace(cfg, kernel="torch")
+        super().__init__(cfg, num_envs, device, seed)
+        P = self.sim.PARAMS
+        self.j_nom = P.view(self.nominal_p, "inertia")[0].clone()
+        self.kf_nom, km = float(P.view(self.nominal_p, "k_f")[0, 0]), float(P.view(self.nominal_p, "k_m")[0, 0])
+        self.mix = mixer_inverse(km).to(self.device)
+        self.f_max = self.kf_nom * self.params.rpm_max ** 2  # one rotor [N]
+        self.t_max = 4.0 * self.f_max
+        self.max_rates = torch.tensor([cfg.max_rate_rp, cfg.max_rate_rp, cfg.max_rate_yaw], device=self.device)
+        self.gains = torch.tensor([cfg.rate_gain_rp, cfg.rate_gain_rp, cfg.rate_gain_yaw], device=self.device)
+        hover_thrust = float(P.view(self.nominal_p, "mass")[0, 0]) * GRAVITY / self.t_max
+        self.hover_action = torch.tensor([2.0 * hover_thrust - 1.0, 0.0, 0.0, 0.0], device=self.device)
+
+    def rotor_speeds(self, action: torch.Tensor) -> torch.Tensor:
+        """The rate controller and mixer: ``[N, 4]`` normalized action -> commanded rpm ``[N, 4]``."""
+        a = action.clamp(-1.0, 1.0)
+        thrust = (a[:, :1] + 1.0) * (0.5 * self.t_max)
+        w = self.sim.ang_vel_b
+        jw = self.j_nom * w
+        tau = self.j_nom * self.gains * (a[:, 1:] * self.max_rates - w) + torch.linalg.cross(w, jw)
+        f = (torch.cat([thrust, tau], 1) @ self.mix.T).clamp(0.0, self.f_max)
+        return torch.sqrt(f / self.kf_nom)
+
+    def _apply_action(self, action: torch.Tensor) -> None:
+        a = action.clamp(-1.0, 1.0)
+        self.actions.copy_(torch.cat([self.actions[:, 4:], a], 1))
+        self.sim.step(self.rotor_speeds(a))
+        self.total_env_steps += self.num_envs
+        self._advance_curriculum()
+
+    def symmetry_group(self) -> SymmetryGroup:
+        """As the hover task's, with the action (thrust, body rates): thrust invariant, rates axial."""
+        base = super().symmetry_group()
+        h = self.cfg.action_history
+        elements = []
+        for (m, _), e in zip(MIRRORS, base.elements):
+            act = concat(permutation([0]), mirror_axial(m, 1))
+            hist = concat(*[concat(permutation([0], 18 + 4 * k), mirror_axial(m, 18 + 4 * k + 1)) for k in range(h)])
+            pol = e["policy"]
+            elements.append({"policy": (pol[0][:18] + hist[0], pol[1][:18] + hist[1]), "critic": e["critic"],
+                             "action": act})
+        return SymmetryGroup(elements, self.device)
+
+    def layout(self) -> Layout:
+        base = super().layout()
+        hist = base.terms("policy")[-1]
+        cfg = self.cfg
+        action = (ActionTerm("collective_thrust", 1, "1", scale=0.5, offset=0.5,
+                             description=f"fraction of the maximum total thrust ({self.t_max:.4f} N)"),
+                  ActionTerm("roll_pitch_rates", 2, "rad/s", scale=cfg.max_rate_rp,
+                             description="x and y body rates (x forward, y left, z up)"),
+                  ActionTerm("yaw_rate", 1, "rad/s", scale=cfg.max_rate_yaw, description="z body rate"))
+        hold = [float(v) for v in self.hover_action]
+        extras = dict(base.extras, hold_action=hold, land_action=[2 * (0.8 * (hold[0] + 1) / 2) - 1, 0.0, 0.0, 0.0],
+                      max_rates=[cfg.max_rate_rp, cfg.max_rate_rp, cfg.max_rate_yaw], max_thrust_n=self.t_max,
+                      hover_action=hold)
+        policy = (*base.terms("policy")[:-1], dataclasses.replace(
+            hist, description=hist.description.replace("actions as commanded", "(thrust, rate) actions")))
+        return Layout({"policy": policy, "critic": base.terms("critic")}, action, base.control_hz, base.notes, extras)
+
+
+register_task(TaskSpec(
+    name="quadrotor-hover-rates",
+    make=QuadrotorRatesEnv,
+    config_cls=QuadrotorRatesConfig,
+    description="quadrotor-hover with collective thrust + body rates (a rate controller in the plant): "
+                "what MAVLink and cflib set-points carry",
+    backends=("torch_vec",),
+    success_metric="success",
+    default_algo="td3",
+    eval_config=lambda cfg: dataclasses.replace(
+        cfg, curriculum=dataclasses.replace(cfg.curriculum, enabled=False), init_guidance=0.0),
+))
