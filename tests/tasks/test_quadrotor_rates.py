@@ -18,7 +18,7 @@ def test_mixer_inverts_the_x_allocation():
 
 
 def test_rate_controller_values():
-    env = embodied.make_env("quadrotor-hover-rates", num_envs=3)
+    env = embodied.make_env("quadrotor-hover-rates", num_envs=3, motor_inversion=False)
     env.reset(seed=0)
     env.sim.ang_vel_b[:] = 0.0
     hover = env.hover_action.expand(3, 4).clone()
@@ -33,10 +33,27 @@ def test_rate_controller_values():
     tau = torch.stack([(torch.tensor(ROTOR_Y) * f).sum(1), -(torch.tensor(ROTOR_X) * f).sum(1),
                        (torch.tensor(ROTOR_DIR) * f).sum(1)], 1)
     j = env.j_nom
-    want = torch.stack([j[0] * 6.0 * 0.6, j[1] * 6.0 * 0.6, j[2] * 3.0 * 0.3])  # J K (a max_rate)
+    k_rp, k_y = env.cfg.rate_gain_rp, env.cfg.rate_gain_yaw
+    want = torch.stack([j[0] * k_rp * 0.6, j[1] * k_rp * 0.6, j[2] * k_y * 0.3])  # J K (a max_rate)
     torch.testing.assert_close(tau[0, 0], want[0], rtol=1e-4, atol=0)
     torch.testing.assert_close(tau[1, 1], want[1], rtol=1e-4, atol=0)
     assert tau[2, 2] > 0 and abs(float(tau[0, 1])) < 1e-9 and f.sum(1).allclose(torch.full((3,), mass * GRAVITY))
+
+
+def test_motor_lag_inversion_reaches_the_desired_speed_in_one_step():
+    env = embodied.make_env("quadrotor-hover-rates", num_envs=2, init_guidance=1.0, disturbance_force=0.0,
+                            disturbance_torque=0.0)
+    env.reset(seed=0)
+    a = env.hover_action.expand(2, 4).clone()
+    a[1, 1] = 0.05  # a small roll-rate request
+    plain = embodied.make_env("quadrotor-hover-rates", num_envs=2, motor_inversion=False)
+    plain.sim.ang_vel_b[:] = env.sim.ang_vel_b
+    want = plain.rotor_speeds(a)
+    env.sim.rpm[:] = 0.995 * want  # near the desired speeds: the command that reaches them is not clipped
+    env.motor_estimate[:] = env.sim.rpm
+    env.step(a)
+    torch.testing.assert_close(env.sim.rpm, want, rtol=2e-3, atol=0)  # the plant's lagged motors got there
+    torch.testing.assert_close(env.motor_estimate, want, rtol=1e-5, atol=0)
 
 
 def test_mirror_group_is_a_symmetry_of_the_rate_controlled_dynamics():
