@@ -50,7 +50,7 @@ def mixer_inverse(k_m: float) -> torch.Tensor:
 class QuadrotorRatesEnv(QuadrotorHoverEnv):
     def __init__(self, cfg: QuadrotorRatesConfig, num_envs: int, device="cpu", seed: int = 0):
         if cfg.kernel not in ("torch", "auto"):
-            raise UserError(f"quadrotor-hover-rates runs on the torch path; env.kernel={cfg.kernel!r} is RPM-level only")
+            raise UserError(f"quadrotor-hover-rates runs on the torch path; env.kernel={cfg.kernel!r} is RPM-level")
         cfg = dataclasses.replace(cfg, kernel="torch")
         super().__init__(cfg, num_envs, device, seed)
         P = self.sim.PARAMS
