@@ -197,7 +197,8 @@ class ControlLoop:
                     command = action if action is not None else robot.hold_action()
                     command, ev = self.safety(command, robot.hold_action())
                     events += ev
-                    if self.safety.outside_fence(robot.position(state)):
+                    # a missing or non-finite state is the watchdog's business, not a fence breach
+                    if fresh and self.safety.outside_fence(robot.position(state)):
                         self.safety.counts.geofence += 1
                         events.append("geofence")
                         lc.to(Mode.LANDING, self.tick, "geofence")

@@ -1,3 +1,3 @@
 """Robot drivers, registered by URI scheme in ``embodied.core.registry.ROBOTS`` on import."""
 
-from embodied.hardware.drivers import mavlink, serial_link, sim  # noqa: F401
+from embodied.hardware.drivers import crazyflie, mavlink, serial_link, sim  # noqa: F401

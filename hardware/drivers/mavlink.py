@@ -74,11 +74,18 @@ class MavlinkRobot(Robot):
             msg = self.conn.recv_match(type="HEARTBEAT", blocking=True, timeout=0.1)
             if msg is not None and msg.get_srcSystem() != 255:
                 self.target = (msg.get_srcSystem(), msg.get_srcComponent() or 1)
-                self._drain()
-                return
+                while self._att is None or self._pos is None:  # the first state before anyone arms on it
+                    if time.monotonic() > deadline:
+                        break
+                    self._beat()
+                    self._drain()
+                    time.sleep(0.005)
+                else:
+                    return
+                break
         self.conn.close()
         raise UserError(f"no MAVLink vehicle answers at udp:{self.host}:{self.port} "
-                        f"(no heartbeat within {self.connect_timeout:g} s)")
+                        f"(no heartbeat and telemetry within {self.connect_timeout:g} s)")
 
     def close(self) -> None:
         if self.conn is not None:

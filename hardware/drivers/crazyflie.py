@@ -1,0 +1,162 @@
+"""``crazyflie://udp://<host>:<port>`` (a software-in-the-loop vehicle, ``hardware/sitl/crazyflie.py``) and
+``crazyflie://radio://0/80/2M/E7E7E7E7E7`` (hardware, through a Crazyradio): a Crazyflie through the unmodified
+cflib client. State from three log blocks at 100 Hz (``stateEstimate.x/y/z/vx/vy/vz``, ``stateEstimate.q*``,
+``gyro.*``; the Crazyflie's frames are ours, x forward, y left, z up); actions as cflib's MANUAL set-points with
+the rate flag (collective thrust + body rates; ``quadrotor-hover-rates`` policies); arming and the emergency
+stop through the supervisor. ``timeout`` (s) bounds the connection attempt (cflib itself waits forever)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from embodied.core.errors import UserError
+from embodied.core.registry import ROBOTS
+from embodied.hardware.drivers.mavlink import task_layout
+from embodied.hardware.frames import quat_to_rotmat
+from embodied.hardware.robot import Robot, RobotError, RobotState, monotonic
+
+BLOCKS = (("pos_vel", [f"stateEstimate.{n}" for n in ("x", "y", "z", "vx", "vy", "vz")]),
+          ("quat", [f"stateEstimate.{n}" for n in ("qw", "qx", "qy", "qz")]),
+          ("gyro", [f"gyro.{n}" for n in ("x", "y", "z")]))
+
+
+class CrazyflieRobot(Robot):
+    scheme = "crazyflie"
+
+    def __init__(self, uri: str):
+        super().__init__(uri)
+        rest = uri.split("://", 1)[1]
+        link, _, query = rest.partition("?")
+        if link.split("://")[0] not in ("udp", "radio", "usb", "tcp"):
+            raise UserError(f"{uri}: expected crazyflie://udp://HOST:PORT or crazyflie://radio://...")
+        self.link = link
+        opts = dict(kv.split("=", 1) for kv in query.split("&") if "=" in kv)
+        self.task = opts.pop("task", "quadrotor-hover-rates")
+        try:
+            self.timeout = float(opts.pop("timeout", "5"))
+            self.origin = np.array([float(v) for v in opts.pop("origin", "0,0,0").split(",")])
+        except ValueError:
+            raise UserError(f"{uri}: timeout must be a number and origin x,y,z") from None
+        if opts:
+            raise UserError(f"unknown parameter(s) {', '.join(opts)} in {uri}; known: task, origin, timeout")
+        self.scf = None
+        self.seq = 0
+        self._latest: dict[str, tuple[int, list[float]]] = {}
+        self._state: np.ndarray | None = None
+        self._lock = threading.Lock()
+        self.sent = 0
+
+    def connect(self) -> None:
+        import cflib.crtp
+        from cflib.crazyflie import Crazyflie
+        from cflib.crazyflie.log import LogConfig
+        from cflib.crazyflie.syncCrazyflie import SyncCrazyflie
+
+        self.layout = task_layout(self.task)
+        if self.layout.action[0].name != "collective_thrust":
+            raise UserError(f"task {self.task!r}: cflib set-points carry thrust + body rates "
+                            "(use quadrotor-hover-rates; RPM-level policies fly as the onboard C controller)")
+        cflib.crtp.init_drivers()
+        self.cf = Crazyflie(rw_cache=None)
+        self.scf = SyncCrazyflie(self.link, cf=self.cf)
+        result: dict = {}
+
+        def opener():
+            try:
+                self.scf.open_link()
+                result["ok"] = True
+            except Exception as e:  # cflib raises plain Exceptions for a failed link
+                result["error"] = e
+
+        t = threading.Thread(target=opener, daemon=True)
+        t.start()
+        t.join(self.timeout)
+        if not result.get("ok"):
+            self.cf.close_link()
+            reason = result.get("error", f"no answer within {self.timeout:g} s")
+            raise UserError(f"cannot connect to the Crazyflie at {self.link}: {reason}")
+        self.configs = []
+        for name, variables in BLOCKS:
+            lc = LogConfig(name=name, period_in_ms=10)
+            for v in variables:
+                lc.add_variable(v, "float")
+            lc.data_received_cb.add_callback(self._on_log)
+            self.cf.log.add_config(lc)
+            lc.start()
+            self.configs.append(lc)
+        self.cf.connection_lost.add_callback(lambda *_: setattr(self, "_lost", True))
+        deadline = time.monotonic() + self.timeout
+        while self._state is None:  # the first full sample before anyone arms on it
+            if time.monotonic() > deadline:
+                self.close()
+                raise UserError(f"the Crazyflie at {self.link} sends no state (log blocks) within {self.timeout:g} s")
+            time.sleep(0.01)
+
+    _lost = False
+
+    def _on_log(self, timestamp: int, data: dict, config) -> None:
+        with self._lock:
+            self._latest[config.name] = (timestamp, [data[v] for v in dict(BLOCKS)[config.name]])
+            stamps = {s for s, _ in self._latest.values()}
+            if len(self._latest) == len(BLOCKS) and len(stamps) == 1:  # one consistent sample of all three
+                (_, pv), (_, q), (_, g) = (self._latest[n] for n, _ in BLOCKS)
+                r = quat_to_rotmat(q)
+                self._state = np.concatenate([np.array(pv[:3]) - self.origin, r.reshape(-1), pv[3:],
+                                              np.radians(g)]).astype(np.float32)
+                self.seq += 1
+
+    def close(self) -> None:
+        if self.scf is not None:
+            for lc in getattr(self, "configs", []):
+                try:
+                    lc.stop()
+                except Exception:  # the link may already be gone
+                    pass
+            self.scf.close_link()
+            self.scf = None
+
+    def _check(self) -> None:
+        if self._lost:
+            raise RobotError(f"the link to the Crazyflie at {self.link} was lost")
+
+    def arm(self) -> None:
+        self.cf.commander.send_setpoint(0, 0, 0, 0)  # the firmware unlocks thrust after a zero set-point
+        self.cf.supervisor.send_arming_request(True)
+        super().arm()
+
+    def disarm(self) -> None:
+        if self.scf is not None:
+            self.cf.commander.send_stop_setpoint()
+            self.cf.supervisor.send_arming_request(False)
+        super().disarm()
+
+    def estop(self) -> None:
+        if self.scf is not None:
+            self.cf.supervisor.send_emergency_stop()
+        super().disarm()
+
+    def observe(self) -> RobotState:
+        self._check()
+        with self._lock:
+            values = self._state if self._state is not None else np.full(self.layout.robot_size(), np.nan)
+            return RobotState(np.asarray(values, np.float32), self.seq, monotonic())
+
+    def send_action(self, action: np.ndarray) -> np.ndarray:
+        self._check()
+        a = np.clip(np.asarray(action, np.float32), -1.0, 1.0)
+        t = self.layout.action[0]
+        thrust = t.offset + t.scale * float(a[0])  # fraction of the maximum
+        rates = np.degrees(np.asarray(self.layout.extras["max_rates"]) * a[1:4])
+        self.cf.commander.send_setpoint_manual(float(rates[0]), float(rates[1]), float(rates[2]),
+                                               100.0 * thrust, True)
+        self.sent += 1
+        return a
+
+    def status(self) -> dict:
+        return {"setpoints_sent": self.sent, "states_received": self.seq}
+
+
+ROBOTS.register("crazyflie", CrazyflieRobot)

@@ -1,0 +1,243 @@
+"""A software-in-the-loop Crazyflie: our simulator (``quadrotor-hover-rates`` by default) behind CRTP over UDP,
+complete enough that the unmodified ``cflib.crazyflie.Crazyflie`` connects through its ``udp://`` link.
+
+It answers what cflib's connect asks, in order (platform "source" string and protocol version 12, log reset,
+log and parameter tables of contents (V2, with CRCs), memory count 0, every parameter read), then: parameter
+writes (echoed), log blocks (create/append/start/stop/delete/reset; data every period with a 24-bit ms
+timestamp), set-points (generic MANUAL, type 11, with the rate flag: thrust + roll/pitch/yaw rates; the legacy
+RPYT packet with ``flightmode.stabModeRoll/Pitch`` = 0 (rate mode)), the supervisor (arm, emergency stop),
+``notify_setpoint_stop``, and the latency ping. Like the firmware it levels (hover thrust, zero rates) when
+set-points are older than 0.5 s and stops the motors after 2 s.
+
+Logged variables (all float32, ours = the firmware's frames, x forward, y left, z up): ``stateEstimate.x/y/z``
+[m], ``stateEstimate.vx/vy/vz`` [m/s], ``stateEstimate.qw/qx/qy/qz``, ``gyro.x/y/z`` [deg/s].
+Run one: ``python -m embodied.hardware.sitl.crazyflie --port 19850``."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import struct
+import threading
+import time
+import zlib
+
+import numpy as np
+import torch
+
+LOG_VARS = [("stateEstimate", n) for n in ("x", "y", "z", "vx", "vy", "vz", "qw", "qx", "qy", "qz")] + \
+    [("gyro", n) for n in ("x", "y", "z")]
+# (group, name, type byte, initial value): u8 = 0x08
+PARAMS = [("stabilizer", "controller", 0x08, 1), ("flightmode", "stabModeRoll", 0x08, 1),
+          ("flightmode", "stabModePitch", 0x08, 1), ("commander", "enHighLevel", 0x08, 0)]
+FLOAT = 7
+SOURCE = b"Bitcraze Crazyflie"
+PROTOCOL_VERSION = 12
+THRUST_LO, THRUST_SPAN = 10001, 49999  # cflib's MANUAL set-point: thrust_u16 = 10001 + pct/100 * 49999
+
+
+def header(port: int, channel: int) -> int:
+    return (port << 4) | 0x0C | channel
+
+
+class CrazyflieVehicle:
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", task: str = "quadrotor-hover-rates",
+                 factors: dict | None = None, seed: int = 0):
+        from embodied.hardware.drivers.sim import sim_env
+
+        self.env = sim_env(task, factors or {}, seed)
+        self.env.reset(seed=seed)
+        self.layout = self.env.layout()
+        self.dt = 1.0 / self.layout.control_hz
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((host, port))
+        self.sock.settimeout(0.001)
+        self.port = self.sock.getsockname()[1]
+        self.client = None
+        self.params = {i: v for i, (_, _, _, v) in enumerate(PARAMS)}
+        self.blocks: dict[int, dict] = {}  # id -> {"vars": [ids], "period": s, "next": t, "on": bool}
+        self.armed = self.estopped = False
+        self.setpoint = np.array(self.layout.extras["hold_action"], np.float32)
+        self.setpoint_t = -1.0
+        self.counts: dict[str, int] = {}
+        self.t0 = time.monotonic()
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="crazyflie-vehicle")
+        self.log_crc = zlib.crc32(repr(("log", LOG_VARS)).encode())
+        self.param_crc = zlib.crc32(repr(("param", PARAMS)).encode())
+
+    def __enter__(self) -> CrazyflieVehicle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+    def _count(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def _send(self, port: int, channel: int, payload: bytes) -> None:
+        if self.client is not None:
+            self.sock.sendto(bytes([header(port, channel)]) + payload, self.client)
+
+    # ---- CRTP --------------------------------------------------------------------------------------
+    def _handle(self, data: bytes, now: float) -> None:
+        if not data:
+            return
+        h, p = data[0], data[1:]
+        port, ch = h >> 4, h & 3
+        if port == 15:  # link control
+            if ch == 1 and p[:1] == b"\x00":
+                self._send(15, 1, SOURCE)
+            elif ch == 0 and p[:1] == b"\x00":
+                self._send(15, 0, p)  # latency ping: echo
+            elif h == 0xFF:
+                self._send(15, 3, b"")
+        elif port == 13 and ch == 1 and p[:1] == b"\x00":  # platform: protocol version
+            self._send(13, 1, bytes([0, PROTOCOL_VERSION]))
+        elif port == 4 and ch == 0 and p[:1] == b"\x01":  # memory: none
+            self._send(4, 0, b"\x01\x00")
+        elif port in (5, 2) and ch == 0:
+            self._toc(port, p)
+        elif port == 5 and ch == 1:
+            self._log_command(p, now)
+        elif port == 2 and ch == 1 and len(p) >= 2:  # parameter read
+            i = struct.unpack_from("<H", p)[0]
+            if i in self.params:
+                self._send(2, 1, p[:2] + b"\x00" + bytes([self.params[i] & 0xFF]))
+        elif port == 2 and ch == 2 and len(p) >= 3:  # parameter write: echo
+            i = struct.unpack_from("<H", p)[0]
+            if i in self.params:
+                self.params[i] = p[2]
+                self._count("param_writes")
+                self._send(2, 2, p[:3])
+        elif port == 3 and ch == 0 and len(p) == 14:  # legacy RPYT
+            roll, neg_pitch, yawrate, thrust = struct.unpack("<fffH", p)
+            rate_mode = self.params[1] == 0 and self.params[2] == 0
+            if rate_mode:
+                self._setpoint(roll, -neg_pitch, yawrate, thrust / 65535.0, now)
+            self._count("rpyt")
+        elif port == 7 and ch == 0 and p[:1] == b"\x0b" and len(p) == 16:  # generic MANUAL
+            _, roll, neg_pitch, yawrate, thrust, rate = struct.unpack("<BfffHB", p)
+            if rate:
+                self._setpoint(roll, -neg_pitch, yawrate, (thrust - THRUST_LO) / THRUST_SPAN, now)
+            self._count("manual")
+        elif port == 7 and ch == 0 and p[:1] == b"\x00":  # generic STOP
+            self.setpoint_t = -1.0
+        elif port == 7 and ch == 1:  # meta: notify set-point stop
+            self.setpoint_t = now - 0.5  # level at once, as the firmware does
+        elif port == 9 and ch == 1 and p:  # supervisor
+            if p[0] == 1 and len(p) >= 2:
+                self.armed = bool(p[1]) and not self.estopped
+                self._send(9, 1, bytes([0x81, 1, int(self.armed)]))
+            elif p[0] == 3:
+                self.estopped, self.armed = True, False
+                self._count("estop")
+
+    def _setpoint(self, roll_dps: float, pitch_dps: float, yaw_dps: float, thrust: float, now: float) -> None:
+        rates = np.radians([roll_dps, pitch_dps, yaw_dps]) / np.asarray(self.layout.extras["max_rates"])
+        a = np.concatenate([[2.0 * min(max(thrust, 0.0), 1.0) - 1.0], rates])
+        self.setpoint = np.clip(a, -1.0, 1.0).astype(np.float32)
+        self.setpoint_t = now
+
+    def _toc(self, port: int, p: bytes) -> None:
+        items = [(g, n, FLOAT) for g, n in LOG_VARS] if port == 5 else [(g, n, t) for g, n, t, _ in PARAMS]
+        crc = self.log_crc if port == 5 else self.param_crc
+        if p[:1] == b"\x03":  # TOC_INFO_V2
+            self._send(port, 0, struct.pack("<BHI", 3, len(items), crc))
+        elif p[:1] == b"\x02" and len(p) >= 3:  # TOC_ITEM_V2
+            i = struct.unpack_from("<H", p, 1)[0]
+            if i < len(items):
+                g, n, t = items[i]
+                self._send(port, 0, struct.pack("<BHB", 2, i, t) + g.encode() + b"\0" + n.encode() + b"\0")
+
+    def _log_command(self, p: bytes, now: float) -> None:
+        cmd = p[0] if p else -1
+        if cmd == 5:  # reset
+            self.blocks.clear()
+            self._send(5, 1, b"\x05\x00\x00")
+        elif cmd in (6, 7) and len(p) >= 2:  # create / append (V2): (type, id u16) triples
+            bid = p[1]
+            ids = [struct.unpack_from("<BH", p, 2 + 3 * k)[1] for k in range((len(p) - 2) // 3)]
+            if cmd == 6:
+                self.blocks[bid] = {"vars": ids, "period": 0.01, "next": now, "on": False}
+            elif bid in self.blocks:
+                self.blocks[bid]["vars"] += ids
+            self._send(5, 1, bytes([cmd, bid, 0]))
+        elif cmd == 3 and len(p) >= 3 and p[1] in self.blocks:  # start
+            self.blocks[p[1]].update(period=p[2] * 0.01, next=now, on=True)
+            self._send(5, 1, bytes([3, p[1], 0]))
+        elif cmd in (4, 2) and len(p) >= 2:  # stop / delete
+            b = self.blocks.get(p[1])
+            if b is not None:
+                b["on"] = False
+                if cmd == 2:
+                    del self.blocks[p[1]]
+            self._send(5, 1, bytes([cmd, p[1], 0]))
+
+    def _values(self) -> list[float]:
+        s = self.env.sim
+        q = s.quat_wb[0].tolist()  # w, x, y, z
+        return [*s.pos_w[0].tolist(), *s.lin_vel_w[0].tolist(), *q, *np.degrees(s.ang_vel_b[0].numpy()).tolist()]
+
+    def _action(self, now: float) -> np.ndarray:
+        age = now - self.setpoint_t
+        if not self.armed or self.setpoint_t < 0 or age > 2.0:
+            return np.array([-1.0, 0.0, 0.0, 0.0], np.float32)  # motors off
+        if age > 0.5:  # the commander watchdog levels the aircraft
+            return np.array(self.layout.extras["hold_action"], np.float32)
+        return self.setpoint
+
+    def _run(self) -> None:
+        next_tick = time.monotonic()
+        while not self._stop.is_set():
+            while True:
+                try:
+                    data, addr = self.sock.recvfrom(64)
+                except (TimeoutError, BlockingIOError):
+                    break
+                except OSError:
+                    return
+                self.client = addr
+                with self.lock:
+                    self._handle(data, time.monotonic())
+            now = time.monotonic()
+            if now >= next_tick:
+                with self.lock:
+                    if self.armed:
+                        self.env.step(torch.from_numpy(self._action(now))[None])
+                        self._count("steps")
+                    values = self._values()
+                    ms = int((now - self.t0) * 1000) & 0xFFFFFF
+                    for bid, b in self.blocks.items():
+                        if b["on"] and now >= b["next"]:
+                            b["next"] += b["period"]
+                            payload = struct.pack("<B", bid) + ms.to_bytes(3, "little") + struct.pack(
+                                f"<{len(b['vars'])}f", *(values[i] for i in b["vars"]))
+                            self._send(5, 2, payload)
+                next_tick += self.dt
+                if next_tick < now:
+                    next_tick = now + self.dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, default=19850)
+    ap.add_argument("--task", default="quadrotor-hover-rates")
+    ap.add_argument("--plant", default="", help="factors, e.g. mass=1.2,thrust=0.9")
+    args = ap.parse_args()
+    factors = {k: float(v) for k, v in (kv.split("=") for kv in args.plant.split(",") if kv)}
+    with CrazyflieVehicle(args.port, task=args.task, factors=factors):
+        print(f"Crazyflie (CRTP) on udp://127.0.0.1:{args.port} ({args.task}); Ctrl-C stops it", flush=True)
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Crazyflie: the unmodified cflib client over its UDP link against the software-in-the-loop CRTP vehicle:
+connect (tables of contents, parameters), log blocks carrying the plant's state, MANUAL rate set-points that
+arrive as the action sent, supervisor arming and e-stop, an unreachable vehicle, and fuzzed CRTP datagrams
+into the vehicle's parser."""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from embodied.config import load_config
+from embodied.core.errors import UserError
+from embodied.hardware import export_run, load_bundle
+from embodied.hardware.frames import quat_to_rotmat
+from embodied.hardware.loop import ControlLoop, LoopConfig
+from embodied.hardware.robot import make_robot
+from embodied.hardware.sitl.crazyflie import CrazyflieVehicle
+from embodied.train import train
+
+FUZZ_DATAGRAMS = 10_000
+
+
+@pytest.fixture(scope="module")
+def rates_bundle(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cf")
+    cfg = load_config("quadrotor-hover-rates", "debug", ["total_steps=512", "log.progress=false",
+                                                          "log.tensorboard=false"])
+    run_dir, _ = train(cfg, root / "run")
+    export_run(run_dir, root / "bundle", "onnx")
+    return root / "bundle"
+
+
+def test_flight_through_cflib(rates_bundle):
+    runner = load_bundle(rates_bundle)
+    with CrazyflieVehicle(0, seed=2) as v, make_robot(f"crazyflie://udp://127.0.0.1:{v.port}") as robot:
+        seen = []
+
+        class Spy:
+            def reset(self):
+                runner.reset()
+
+            def act(self, s):
+                with v.lock:
+                    sim = v.env.sim
+                    truth = np.concatenate([sim.pos_w[0].numpy(), quat_to_rotmat(sim.quat_wb[0].numpy()).reshape(-1),
+                                            sim.lin_vel_w[0].numpy(), sim.ang_vel_b[0].numpy()])
+                a = runner.act(s)
+                seen.append((s.copy(), truth, a.copy(), v.setpoint.copy()))
+                return a
+
+        summary = ControlLoop(robot, Spy(), LoopConfig(100.0, duration_s=1.0, status=False)).run()
+        deadline = time.monotonic() + 1
+        while v.armed and time.monotonic() < deadline:  # the disarm request is a datagram in flight
+            time.sleep(0.01)
+        assert v.counts["manual"] >= 90 and not v.armed  # disarmed at the end
+    assert summary["outcome"] == "completed" and summary["ticks"] >= 90
+    err = [np.abs(s - t).max() for s, t, _, _ in seen[5:]]
+    assert np.median(err) < 0.05  # the log blocks carry the plant's state (a period behind at most)
+    # the set-point the vehicle decoded on tick k is the action of tick k - 1 (thrust percent: 16-bit steps)
+    sent = np.array([a for _, _, a, _ in seen[:-1]])
+    got = np.array([sp for _, _, _, sp in seen[1:]])
+    close = np.abs(sent - got).max(axis=1) < 1e-3
+    assert close.mean() > 0.8
+
+
+def test_estop_reaches_the_vehicle(rates_bundle):
+    with CrazyflieVehicle(0) as v, make_robot(f"crazyflie://udp://127.0.0.1:{v.port}") as robot:
+        robot.arm()
+        deadline = time.monotonic() + 2
+        while not v.armed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert v.armed
+        robot.estop()
+        deadline = time.monotonic() + 2
+        while not v.estopped and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert v.estopped and not v.armed
+
+
+def test_unreachable_crazyflie_is_one_user_error():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, silent: cflib would wait forever
+        with pytest.raises(UserError, match="cannot connect"):
+            make_robot(f"crazyflie://udp://127.0.0.1:{port}?timeout=0.5").connect()
+    with pytest.raises(UserError):
+        make_robot("crazyflie://bluetooth://x")
+
+
+def _fuzz_vehicle(n: int) -> None:
+    rng = random.Random(0)
+    real = [b"\xfd\x00", b"\xdd\x00", b"\x5d\x05", b"\x5c\x03", b"\x5c\x02\x00\x00", b"\x2d\x00\x00",
+            b"\x2e\x00\x00\x06", b"\x5d\x06\x01\x77\x00\x00", b"\x5d\x03\x01\x01", b"\x7c" + struct.pack(
+                "<BfffHB", 11, 1.0, 2.0, 3.0, 30000, 1), b"\x9d\x01\x01", b"\x3c" + struct.pack("<fffH", 0, 0, 0, 0)]
+    with CrazyflieVehicle(0) as v:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(n):
+            if rng.random() < 0.5:
+                d = bytearray(rng.choice(real))
+                for _ in range(rng.randint(1, 3)):
+                    d[rng.randrange(len(d))] = rng.randrange(256)
+                data = bytes(d[: rng.randint(1, len(d))])
+            else:
+                data = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40)))
+            sock.sendto(data, ("127.0.0.1", v.port))
+        sock.close()
+        time.sleep(0.2)
+        assert v._thread.is_alive()
+        v.armed = False
+        robot = make_robot(f"crazyflie://udp://127.0.0.1:{v.port}")  # a real client still connects and reads
+        robot.connect()
+        assert np.all(np.isfinite(robot.observe().values))
+        robot.close()
+
+
+def test_fuzz_crtp_vehicle_parser():
+    _fuzz_vehicle(FUZZ_DATAGRAMS)
+
+
+@pytest.mark.slow
+def test_fuzz_crtp_vehicle_parser_100k():
+    _fuzz_vehicle(100_000)
