@@ -251,9 +251,10 @@ def compiler() -> str:
     return cc
 
 
-def compile_shared(source: Path, out: Path, extra: list[str] | None = None) -> Path:
-    """Build ``source`` into a shared library for ctypes (with the strict flags)."""
-    cmd = [compiler(), *CFLAGS, "-fPIC", "-shared", *(extra or []), str(source), "-o", str(out), "-lm"]
+def compile_shared(source: Path | list[Path], out: Path, extra: list[str] | None = None) -> Path:
+    """Build ``source`` (one file or several) into a shared library for ctypes (with the strict flags)."""
+    sources = [str(s) for s in (source if isinstance(source, list) else [source])]
+    cmd = [compiler(), *CFLAGS, "-fPIC", "-shared", *(extra or []), *sources, "-o", str(out), "-lm"]
     _run(cmd)
     return out
 

@@ -1,9 +1,17 @@
 """``crazyflie://udp://<host>:<port>`` (a software-in-the-loop vehicle, ``hardware/sitl/crazyflie.py``) and
 ``crazyflie://radio://0/80/2M/E7E7E7E7E7`` (hardware, through a Crazyradio): a Crazyflie through the unmodified
 cflib client. State from three log blocks at 100 Hz (``stateEstimate.x/y/z/vx/vy/vz``, ``stateEstimate.q*``,
-``gyro.*``; the Crazyflie's frames are ours, x forward, y left, z up); actions as cflib's MANUAL set-points with
-the rate flag (collective thrust + body rates; ``quadrotor-hover-rates`` policies); arming and the emergency
-stop through the supervisor. ``timeout`` (s) bounds the connection attempt (cflib itself waits forever)."""
+``gyro.*``; the Crazyflie's frames are ours, x forward, y left, z up); arming and the emergency stop through the
+supervisor. ``timeout`` (s) bounds the connection attempt (cflib itself waits forever).
+
+Two action levels, chosen by the bundle deployed:
+- thrust + body rates (``quadrotor-hover-rates``): the HAL's policy, sent as cflib's MANUAL set-points with the
+  rate flag;
+- motor level (``quadrotor-hover``): the generated C runs onboard as the out-of-tree controller
+  (``hardware/crazyflie_app.py``, flashed beforehand); the driver selects it (``stabilizer.controller = 6``),
+  streams the hover target as a position set-point, and reads the motors back (``motor.m1-m4``, a fourth log
+  block) as the applied action. The HAL's hold/land actions do not reach the motors in this mode: its safety
+  layer acts by landing (the target stops streaming), disarming and the e-stop."""
 
 from __future__ import annotations
 
@@ -48,6 +56,17 @@ class CrazyflieRobot(Robot):
         self._state: np.ndarray | None = None
         self._lock = threading.Lock()
         self.sent = 0
+        self.onboard_policy = False
+        self._motors = np.zeros(4)
+        self._blocks = BLOCKS
+
+    def attach_bundle(self, bundle_dir) -> None:
+        from embodied.hardware.bundle import read_bundle
+
+        layout = read_bundle(bundle_dir)["layout"]
+        if [t.name for t in layout.action] == ["rpm_command"]:
+            self.onboard_policy, self.bundle_layout = True, layout
+            self._blocks = (*BLOCKS, ("motor", [f"motor.m{i}" for i in range(1, 5)]))
 
     def connect(self) -> None:
         import cflib.crtp
@@ -55,8 +74,8 @@ class CrazyflieRobot(Robot):
         from cflib.crazyflie.log import LogConfig
         from cflib.crazyflie.syncCrazyflie import SyncCrazyflie
 
-        self.layout = task_layout(self.task)
-        if self.layout.action[0].name != "collective_thrust":
+        self.layout = self.bundle_layout if self.onboard_policy else task_layout(self.task)
+        if not self.onboard_policy and self.layout.action[0].name != "collective_thrust":
             raise UserError(f"task {self.task!r}: cflib set-points carry thrust + body rates "
                             "(use quadrotor-hover-rates; RPM-level policies fly as the onboard C controller)")
         cflib.crtp.init_drivers()
@@ -79,15 +98,17 @@ class CrazyflieRobot(Robot):
             reason = result.get("error", f"no answer within {self.timeout:g} s")
             raise UserError(f"cannot connect to the Crazyflie at {self.link}: {reason}")
         self.configs = []
-        for name, variables in BLOCKS:
+        for name, variables in self._blocks:
             lc = LogConfig(name=name, period_in_ms=10)
             for v in variables:
-                lc.add_variable(v, "float")
+                lc.add_variable(v, "uint16_t" if v.startswith("motor.") else "float")
             lc.data_received_cb.add_callback(self._on_log)
             self.cf.log.add_config(lc)
             lc.start()
             self.configs.append(lc)
         self.cf.connection_lost.add_callback(lambda *_: setattr(self, "_lost", True))
+        if self.onboard_policy:
+            self.cf.param.set_value("stabilizer.controller", "6")  # the out-of-tree controller: the policy
         deadline = time.monotonic() + self.timeout
         while self._state is None:  # the first full sample before anyone arms on it
             if time.monotonic() > deadline:
@@ -99,10 +120,12 @@ class CrazyflieRobot(Robot):
 
     def _on_log(self, timestamp: int, data: dict, config) -> None:
         with self._lock:
-            self._latest[config.name] = (timestamp, [data[v] for v in dict(BLOCKS)[config.name]])
+            self._latest[config.name] = (timestamp, [data[v] for v in dict(self._blocks)[config.name]])
             stamps = {s for s, _ in self._latest.values()}
-            if len(self._latest) == len(BLOCKS) and len(stamps) == 1:  # one consistent sample of all three
+            if len(self._latest) == len(self._blocks) and len(stamps) == 1:  # one consistent sample of all blocks
                 (_, pv), (_, q), (_, g) = (self._latest[n] for n, _ in BLOCKS)
+                if self.onboard_policy:
+                    self._motors = np.asarray(self._latest["motor"][1], float) / 65535.0
                 r = quat_to_rotmat(q)
                 self._state = np.concatenate([np.array(pv[:3]) - self.origin, r.reshape(-1), pv[3:],
                                               np.radians(g)]).astype(np.float32)
@@ -144,9 +167,18 @@ class CrazyflieRobot(Robot):
             values = self._state if self._state is not None else np.full(self.layout.robot_size(), np.nan)
             return RobotState(np.asarray(values, np.float32), self.seq, monotonic())
 
+    def policy_action(self, state: RobotState) -> np.ndarray:
+        """The onboard controller's motor command, read back: normalized speed = sqrt(normalized force)."""
+        with self._lock:
+            return (2.0 * np.sqrt(np.clip(self._motors, 0.0, 1.0)) - 1.0).astype(np.float32)
+
     def send_action(self, action: np.ndarray) -> np.ndarray:
         self._check()
         a = np.clip(np.asarray(action, np.float32), -1.0, 1.0)
+        if self.onboard_policy:  # the controller onboard flies; keep its hover target streaming
+            self.cf.commander.send_position_setpoint(*map(float, self.origin), 0.0)
+            self.sent += 1
+            return self.policy_action(None)
         t = self.layout.action[0]
         thrust = t.offset + t.scale * float(a[0])  # fraction of the maximum
         rates = np.degrees(np.asarray(self.layout.extras["max_rates"]) * a[1:4])

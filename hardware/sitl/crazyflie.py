@@ -21,16 +21,16 @@ import struct
 import threading
 import time
 import zlib
+from pathlib import Path
 
 import numpy as np
 import torch
 
-LOG_VARS = [("stateEstimate", n) for n in ("x", "y", "z", "vx", "vy", "vz", "qw", "qx", "qy", "qz")] + \
-    [("gyro", n) for n in ("x", "y", "z")]
+LOG_VARS = [("stateEstimate", n, 7) for n in ("x", "y", "z", "vx", "vy", "vz", "qw", "qx", "qy", "qz")] + \
+    [("gyro", n, 7) for n in ("x", "y", "z")] + [("motor", f"m{i}", 2) for i in range(1, 5)]  # 7 float, 2 uint16
 # (group, name, type byte, initial value): u8 = 0x08
 PARAMS = [("stabilizer", "controller", 0x08, 1), ("flightmode", "stabModeRoll", 0x08, 1),
           ("flightmode", "stabModePitch", 0x08, 1), ("commander", "enHighLevel", 0x08, 0)]
-FLOAT = 7
 SOURCE = b"Bitcraze Crazyflie"
 PROTOCOL_VERSION = 12
 THRUST_LO, THRUST_SPAN = 10001, 49999  # cflib's MANUAL set-point: thrust_u16 = 10001 + pct/100 * 49999
@@ -42,10 +42,16 @@ def header(port: int, channel: int) -> int:
 
 class CrazyflieVehicle:
     def __init__(self, port: int = 0, host: str = "127.0.0.1", task: str = "quadrotor-hover-rates",
-                 factors: dict | None = None, seed: int = 0):
+                 factors: dict | None = None, seed: int = 0, onboard: Path | None = None):
         from embodied.hardware.drivers.sim import sim_env
 
+        self.oot = OnboardController(onboard) if onboard is not None else None
+        if self.oot is not None:
+            task = "quadrotor-hover"  # the controller drives the motors: the RPM-level plant
         self.env = sim_env(task, factors or {}, seed)
+        self.forces = [0.0] * 4
+        self.position_setpoint: tuple[float, float, float] | None = None
+        self.tick = 0
         self.env.reset(seed=seed)
         self.layout = self.env.layout()
         self.dt = 1.0 / self.layout.control_hz
@@ -125,8 +131,13 @@ class CrazyflieVehicle:
             if rate:
                 self._setpoint(roll, -neg_pitch, yawrate, (thrust - THRUST_LO) / THRUST_SPAN, now)
             self._count("manual")
+        elif port == 7 and ch == 0 and p[:1] == b"\x07" and len(p) == 17:  # generic POSITION: x, y, z, yaw
+            self.position_setpoint = struct.unpack_from("<fff", p, 1)
+            self.setpoint_t = now
+            self._count("position")
         elif port == 7 and ch == 0 and p[:1] == b"\x00":  # generic STOP
             self.setpoint_t = -1.0
+            self.position_setpoint = None
         elif port == 7 and ch == 1:  # meta: notify set-point stop
             self.setpoint_t = now - 0.5  # level at once, as the firmware does
         elif port == 9 and ch == 1 and p:  # supervisor
@@ -144,7 +155,7 @@ class CrazyflieVehicle:
         self.setpoint_t = now
 
     def _toc(self, port: int, p: bytes) -> None:
-        items = [(g, n, FLOAT) for g, n in LOG_VARS] if port == 5 else [(g, n, t) for g, n, t, _ in PARAMS]
+        items = LOG_VARS if port == 5 else [(g, n, t) for g, n, t, _ in PARAMS]
         crc = self.log_crc if port == 5 else self.param_crc
         if p[:1] == b"\x03":  # TOC_INFO_V2
             self._send(port, 0, struct.pack("<BHI", 3, len(items), crc))
@@ -181,7 +192,9 @@ class CrazyflieVehicle:
     def _values(self) -> list[float]:
         s = self.env.sim
         q = s.quat_wb[0].tolist()  # w, x, y, z
-        return [*s.pos_w[0].tolist(), *s.lin_vel_w[0].tolist(), *q, *np.degrees(s.ang_vel_b[0].numpy()).tolist()]
+        motors = [min(65535, max(0, round(f * 65535))) for f in self.forces]
+        return [*s.pos_w[0].tolist(), *s.lin_vel_w[0].tolist(), *q, *np.degrees(s.ang_vel_b[0].numpy()).tolist(),
+                *motors]
 
     def _action(self, now: float) -> np.ndarray:
         age = now - self.setpoint_t
@@ -190,6 +203,15 @@ class CrazyflieVehicle:
         if age > 0.5:  # the commander watchdog levels the aircraft
             return np.array(self.layout.extras["hold_action"], np.float32)
         return self.setpoint
+
+    def _onboard(self, now: float) -> np.ndarray:
+        """One 100 Hz step of the out-of-tree controller (the stabilizer loop's tick counts at 1 kHz)."""
+        sim = self.env.sim
+        live = self.position_setpoint is not None and now - self.setpoint_t <= 2.0
+        self.forces = self.oot.step(sim.pos_w[0].tolist(), sim.quat_wb[0].tolist(), sim.lin_vel_w[0].tolist(),
+                                    np.degrees(sim.ang_vel_b[0].numpy()).tolist(),
+                                    self.position_setpoint if live else None, self.tick * 10)
+        return (2.0 * np.sqrt(np.clip(self.forces, 0.0, 1.0)) - 1.0).astype(np.float32)
 
     def _run(self) -> None:
         next_tick = time.monotonic()
@@ -208,19 +230,93 @@ class CrazyflieVehicle:
             if now >= next_tick:
                 with self.lock:
                     if self.armed:
-                        self.env.step(torch.from_numpy(self._action(now))[None])
+                        if self.oot is not None and self.params[0] == 6:  # stabilizer.controller: out-of-tree
+                            a = self._onboard(now)
+                        else:
+                            a = self._action(now)
+                        self.env.step(torch.from_numpy(a)[None])
                         self._count("steps")
+                        self.tick += 1
                     values = self._values()
                     ms = int((now - self.t0) * 1000) & 0xFFFFFF
                     for bid, b in self.blocks.items():
                         if b["on"] and now >= b["next"]:
                             b["next"] += b["period"]
+                            fmt = "".join("f" if LOG_VARS[i][2] == 7 else "H" for i in b["vars"])
                             payload = struct.pack("<B", bid) + ms.to_bytes(3, "little") + struct.pack(
-                                f"<{len(b['vars'])}f", *(values[i] for i in b["vars"]))
+                                f"<{fmt}", *(values[i] if LOG_VARS[i][2] == 7 else int(values[i]) for i in b["vars"]))
                             self._send(5, 2, payload)
                 next_tick += self.dt
                 if next_tick < now:
                     next_tick = now + self.dt
+
+
+class OnboardController:
+    """The bundle's out-of-tree controller (``hardware/crazyflie_app.py``), built for this host against the stub
+    firmware headers and called through ctypes with the firmware's structs."""
+
+    def __init__(self, bundle_dir: Path):
+        import ctypes as C
+        import tempfile
+
+        from embodied.hardware.crazyflie_app import build_host_controller, write_oot_app
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="embodied_oot_")
+        app = write_oot_app(Path(bundle_dir), Path(self._tmp.name) / "app")
+        self.lib = C.CDLL(str(build_host_controller(app, Path(self._tmp.name) / "build" / "liboot.so")))
+        f, u32 = C.c_float, C.c_uint32
+
+        class Vec3(C.Structure):
+            _fields_ = [("timestamp", u32), ("x", f), ("y", f), ("z", f)]
+
+        class Att(C.Structure):
+            _fields_ = [("timestamp", u32), ("roll", f), ("pitch", f), ("yaw", f)]
+
+        class Quat(C.Structure):
+            _fields_ = [("x", f), ("y", f), ("z", f), ("w", f)]
+
+        class Axis(C.Structure):
+            _fields_ = [("x", f), ("y", f), ("z", f)]
+
+        class Sensors(C.Structure):
+            _fields_ = [("acc", Axis), ("gyro", Axis), ("mag", Axis), ("baro", f * 3),
+                        ("interruptTimestamp", C.c_uint64)]
+
+        class State(C.Structure):
+            _fields_ = [("attitude", Att), ("attitudeQuaternion", Quat), ("position", Vec3), ("velocity", Vec3),
+                        ("acc", Vec3)]
+
+        class Modes(C.Structure):
+            _fields_ = [(n, C.c_int) for n in ("x", "y", "z", "roll", "pitch", "yaw", "quat")]
+
+        class Setpoint(C.Structure):
+            _fields_ = [("timestamp", u32), ("attitude", Att), ("attitudeRate", Att), ("attitudeQuaternion", Quat),
+                        ("thrust", f), ("position", Vec3), ("velocity", Vec3), ("acceleration", Vec3), ("jerk", Vec3),
+                        ("velocity_body", C.c_bool), ("mode", Modes)]
+
+        class Control(C.Structure):
+            _fields_ = [("normalizedForces", f * 4), ("controlMode", C.c_int)]
+
+        self.state, self.sensors, self.setpoint, self.control = State(), Sensors(), Setpoint(), Control()
+        self.lib.controllerOutOfTree.argtypes = [C.POINTER(Control), C.POINTER(Setpoint), C.POINTER(Sensors),
+                                                 C.POINTER(State), u32]
+        self.lib.controllerOutOfTreeInit()
+
+    def step(self, pos, quat_wxyz, vel, gyro_dps, target, tick: int) -> list[float]:
+        s, se = self.state, self.setpoint
+        s.position.x, s.position.y, s.position.z = pos
+        q = s.attitudeQuaternion
+        q.w, q.x, q.y, q.z = quat_wxyz
+        s.velocity.x, s.velocity.y, s.velocity.z = vel
+        g = self.sensors.gyro
+        g.x, g.y, g.z = gyro_dps
+        if target is None:
+            se.mode.z = 0  # modeDisable
+        else:
+            se.mode.x = se.mode.y = se.mode.z = 1  # modeAbs
+            se.position.x, se.position.y, se.position.z = target
+        self.lib.controllerOutOfTree(self.control, self.setpoint, self.sensors, self.state, tick)
+        return list(self.control.normalizedForces)
 
 
 def main() -> None:

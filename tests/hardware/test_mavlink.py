@@ -129,9 +129,10 @@ def test_flight_over_mavlink_reads_the_plant_and_lands(rates_bundle):
         assert v.counts["SET_ATTITUDE_TARGET"] >= 90 and v.counts["acks_ok"] >= 2
     assert summary["outcome"] == "completed" and summary["ticks"] >= 90
     assert [t["dst"] for t in summary["transitions"]][-2:] == ["landing", "disarmed"]
-    # the state the policy saw is the plant's (one telemetry period behind at most)
-    err = [np.abs(s - t).max() for s, t in states[5:]]
-    assert np.median(err) < 0.05
+    # the state the policy saw is one of the plant's recent states (telemetry lags a period or more under load)
+    truths = [t for _, t in states]
+    err = [min(np.abs(s - t).max() for t in truths[max(0, k - 5):k + 1]) for k, (s, _) in enumerate(states)]
+    assert np.median(err[5:]) < 0.02
 
 
 def test_unreachable_vehicle_is_one_user_error():
