@@ -140,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except Exception as e:  # a robot link or driver fault outside the control loop (connect, arm, disarm)
+        from embodied.hardware.robot import RobotError
+
+        if not isinstance(e, RobotError):
+            raise
+        print(f"fault: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -155,18 +155,23 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
 
 
 # ---- load --------------------------------------------------------------------------------------------
-def read_bundle(path: Path) -> dict:
+def read_bundle(path: Path, check_parity: bool = True) -> dict:
     """``bundle.json`` of a bundle directory, its files checked against their hashes."""
     path = Path(path)
     meta_path = path / "bundle.json" if path.is_dir() else path
     try:
         meta = json.loads(meta_path.read_text())
-        files = meta["files"]
+        files = dict(meta["files"])
         meta["layout"] = Layout.from_dict(meta["layout"])
+        int(meta["policy"]["obs_dim"]), int(meta["policy"]["act_dim"])
     except FileNotFoundError:
         raise UserError(f"no deploy bundle at {path} (bundle.json missing)") from None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UserError) as e:
         raise UserError(f"corrupt bundle {meta_path}: {type(e).__name__}: {e}") from None
+    if check_parity and not (meta.get("parity") or {}).get("passed", False):
+        report = meta_path.parent / "parity.json"
+        raise UserError(f"bundle {meta_path.parent} failed its parity check at export ({report}); it is kept for "
+                        "inspection, not for flight")
     if meta.get("format") != FORMAT:
         raise UserError(f"bundle {meta_path} has format {meta.get('format')}, this version reads {FORMAT}")
     for name, digest in files.items():
@@ -194,16 +199,20 @@ class CPolicy:
     @classmethod
     def build(cls, bundle_dir: Path) -> CPolicy:
         """Compile ``policy.c`` (cached by source hash under ``build/``)."""
-        from embodied.hardware.codegen import compile_shared, source_hash
+        from embodied.hardware.codegen import build_key, compile_shared, source_hash
 
         src = Path(bundle_dir) / "policy.c"
         header = (Path(bundle_dir) / "policy.h").read_text()
-        lib = Path(bundle_dir) / "build" / f"libpolicy_{source_hash(src.read_text(), header)[:16]}.so"
-        if not lib.exists():
-            lib.parent.mkdir(exist_ok=True)
-            tmp = lib.with_suffix(".tmp.so")
-            compile_shared(src, tmp, ["-I", str(bundle_dir)])
-            tmp.replace(lib)
+        key = source_hash(src.read_text(), header, build_key())[:16]  # a bundle copied to another machine rebuilds
+        lib = Path(bundle_dir) / "build" / f"libpolicy_{key}.so"
+        try:
+            if not lib.exists():
+                lib.parent.mkdir(exist_ok=True)
+                tmp = lib.with_suffix(".tmp.so")
+                compile_shared(src, tmp, ["-I", str(bundle_dir)])
+                tmp.replace(lib)
+        except OSError as e:
+            raise UserError(f"cannot build the C policy in {lib.parent}: {e.strerror or e}") from None
 
         def define(name):
             lines = header.splitlines()

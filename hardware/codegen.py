@@ -280,6 +280,13 @@ def size_report(obj: Path) -> dict[str, int]:
     return {"text": text, "data": data, "bss": bss, "flash": text + data, "ram": data + bss}
 
 
+def build_key() -> str:
+    """What a compiled artifact depends on besides its sources: the machine and the compiler."""
+    import platform
+
+    return f"{platform.system()}-{platform.machine()}-{compiler()}"
+
+
 def source_hash(*texts: str) -> str:
     h = hashlib.sha256()
     for t in texts:

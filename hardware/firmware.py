@@ -49,14 +49,14 @@ static uint16_t crc16(const uint8_t *p, int n) {{
     return crc;
 }}
 
-static uint8_t seq_out;
 static uint32_t frames_ok, crc_errors;
 static int estop;
 
-static void send_frame(uint8_t msg, const uint8_t *payload, uint8_t n) {{
+/* a reply carries the sequence number of the request it answers */
+static void send_frame(uint8_t msg, const uint8_t *payload, uint8_t n, uint8_t seq) {{
     uint8_t f[{P.OVERHEAD + P.MAX_PAYLOAD}];
     uint16_t crc;
-    f[0] = 0xAA; f[1] = 0x55; f[2] = n; f[3] = msg; f[4] = seq_out++;
+    f[0] = 0xAA; f[1] = 0x55; f[2] = n; f[3] = msg; f[4] = seq;
     if (n) memcpy(f + 5, payload, n);
     crc = crc16(f + 2, 3 + n);
     f[5 + n] = (uint8_t)(crc & 0xFF); f[6 + n] = (uint8_t)(crc >> 8);
@@ -67,7 +67,7 @@ static void put_u32(uint8_t *p, uint32_t v) {{
     p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
 }}
 
-static void dispatch(uint8_t msg, const uint8_t *payload, uint8_t n) {{
+static void dispatch(uint8_t msg, uint8_t seq, const uint8_t *payload, uint8_t n) {{
     uint8_t out[{P.MAX_PAYLOAD}];
     float state[POLICY_STATE_DIM], action[POLICY_ACT_DIM];
     switch (msg) {{
@@ -77,38 +77,51 @@ static void dispatch(uint8_t msg, const uint8_t *payload, uint8_t n) {{
         if (estop) memcpy(action, MOTORS_OFF, sizeof(action));
         else policy_step(state, action);
         memcpy(out, action, sizeof(action));
-        send_frame(MSG_ACTION, out, (uint8_t)sizeof(action));
+        send_frame(MSG_ACTION, out, (uint8_t)sizeof(action), seq);
         return;
     case MSG_RESET: policy_reset(); break;
     case MSG_ESTOP: estop = 1; break;
     case MSG_CLEAR_ESTOP: estop = 0; break;
-    case MSG_HEARTBEAT:
+    case MSG_HEARTBEAT:  /* status, frames, crc errors, and the sizes the policy was built for */
         out[0] = (uint8_t)(estop ? 1 : 0);
         put_u32(out + 1, frames_ok); put_u32(out + 5, crc_errors);
-        send_frame(MSG_HEARTBEAT, out, 9);
+        out[9] = (uint8_t)POLICY_STATE_DIM; out[10] = (uint8_t)POLICY_ACT_DIM;
+        send_frame(MSG_HEARTBEAT, out, 11, seq);
         return;
     default: return;
     }}
     out[0] = msg;
-    send_frame(MSG_ACK, out, 1);
+    send_frame(MSG_ACK, out, 1, seq);
 }}
 
-/* byte-at-a-time parser: resynchronizes on 0xAA 0x55 after any bad frame */
+/* byte-at-a-time parser: after a bad frame it rescans from the byte after that frame's sync word (no recursion,
+   a fixed buffer), so a frame that began inside garbage or inside a frame cut short is still found */
 static uint8_t frame[{P.OVERHEAD + P.MAX_PAYLOAD}];
 static int have;
 
+static void drop(int k) {{
+    memmove(frame, frame + k, (size_t)(have - k));
+    have -= k;
+}}
+
 static void feed(uint8_t byte) {{
     int n;
-    if (have == 0 && byte != 0xAA) return;
-    if (have == 1 && byte != 0x55) {{ have = (byte == 0xAA) ? 1 : 0; return; }}
     frame[have++] = byte;
-    if (have < 5) return;
-    n = frame[2];
-    if (have < 7 + n) return;
-    have = 0;
-    if ((uint16_t)(frame[5 + n] | (frame[6 + n] << 8)) != crc16(frame + 2, 3 + n)) {{ crc_errors++; return; }}
-    frames_ok++;
-    dispatch(frame[3], frame + 5, (uint8_t)n);
+    for (;;) {{
+        if (have >= 1 && frame[0] != 0xAA) {{ drop(1); continue; }}
+        if (have >= 2 && frame[1] != 0x55) {{ drop(1); continue; }}
+        if (have < 5) return;
+        n = frame[2];
+        if (have < 7 + n) return;
+        if ((uint16_t)(frame[5 + n] | (frame[6 + n] << 8)) == crc16(frame + 2, 3 + n)) {{
+            frames_ok++;
+            dispatch(frame[3], frame[4], frame + 5, (uint8_t)n);
+            drop(7 + n);
+        }} else {{
+            crc_errors++;
+            drop(1);
+        }}
+    }}
 }}
 
 /* ---- POSIX serial I/O (replace these on a microcontroller) ---- */

@@ -26,9 +26,14 @@ class FirmwareProcess:
         self._slave = slave  # held open so the line never hangs up while the host reopens it
         self.path = os.ttyname(slave)
         # the firmware talks through the master side on its stdin/stdout ("-")
-        self.proc = subprocess.Popen([str(self.executable), "-"], stdin=master, stdout=master,
-                                     stderr=subprocess.DEVNULL, close_fds=True)
-        os.close(master)
+        try:
+            self.proc = subprocess.Popen([str(self.executable), "-"], stdin=master, stdout=master,
+                                         stderr=subprocess.DEVNULL, close_fds=True)
+        except OSError as e:
+            os.close(slave)
+            raise UserError(f"cannot start the firmware {self.executable}: {e.strerror or e}") from None
+        finally:
+            os.close(master)
         return self.path
 
     def alive(self) -> bool:
@@ -48,17 +53,20 @@ class FirmwareProcess:
 def firmware_for(bundle_dir: Path) -> Path:
     """The bundle's firmware executable, built once (cached beside the bundle under ``build/``)."""
     from embodied.hardware.bundle import read_bundle
-    from embodied.hardware.codegen import source_hash
+    from embodied.hardware.codegen import build_key, source_hash
     from embodied.hardware.firmware import build_firmware
 
     meta = read_bundle(bundle_dir)
     if "firmware.c" not in meta["files"]:
         raise UserError(f"bundle {bundle_dir} has no firmware; export it with --format c or all")
     d = Path(meta["dir"])
-    key = source_hash(*((d / f).read_text() for f in ("firmware.c", "policy.c", "policy.h")))[:16]
+    key = source_hash(*((d / f).read_text() for f in ("firmware.c", "policy.c", "policy.h")), build_key())[:16]
     exe = d / "build" / f"firmware_{key}"
     if not exe.exists():
         tmp = exe.with_name(exe.name + ".tmp")
-        build_firmware(d, tmp)
-        tmp.replace(exe)
+        try:
+            build_firmware(d, tmp)
+            tmp.replace(exe)
+        except OSError as e:
+            raise UserError(f"cannot build the firmware in {d / 'build'}: {e.strerror or e}") from None
     return exe

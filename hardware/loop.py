@@ -60,7 +60,7 @@ class ControlLoop:
         self.safety = SafetyFilter(low, high, self.period, cfg.safety)
         self.watchdog = Watchdog(cfg.watchdog)
         self.estop = estop or EStop()  # share one between flights: a latched e-stop blocks the next arming
-        self._log = open(cfg.log_path, "w") if cfg.log_path else None  # noqa: SIM115 - closed in run()
+        self._log = None  # opened by run(), closed when it ends
         self.lifecycle = Lifecycle(self._log_transition)
         self.tick = 0
         self.lateness: list[float] = []  # how late each tick started [s] (real time)
@@ -75,6 +75,7 @@ class ControlLoop:
 
     # ---- log ---------------------------------------------------------------------------------------
     def _log_transition(self, t: Transition) -> None:
+        self.robot.on_mode(t.dst)  # a driver whose robot flies itself (an onboard controller) follows the mode
         if self._log:
             self._log.write(json.dumps({"transition": asdict(t), "t": time.monotonic()}) + "\n")
 
@@ -116,10 +117,11 @@ class ControlLoop:
         return a, time.perf_counter() - t0
 
     def _reset_policy(self) -> None:
+        """A new episode or a recovery: the policy's history restarts; the safety filter's last command does not
+        (the rate limit holds across the switch)."""
         if self.policy is not None:
             self.policy.reset()
         self.robot.reset_policy()
-        self.safety.reset()
 
     def run(self) -> dict:
         lc, robot, cfg = self.lifecycle, self.robot, self.cfg
@@ -129,6 +131,8 @@ class ControlLoop:
         status_every = cfg.status_every_s if sys.stderr.isatty() else max(cfg.status_every_s, 5.0)
         if self.estop.latched:
             raise UserError(f"the e-stop is latched ({self.estop.reason}); reset it before arming")
+        if cfg.log_path:
+            self._log = open(cfg.log_path, "w")  # noqa: SIM115 - closed in the finally below
         try:
             lc.to(Mode.CONNECTED, 0, "link open")
             robot.arm()
@@ -152,9 +156,11 @@ class ControlLoop:
                 elapsed = now - t0
                 if self.estop.latched:
                     lc.to(Mode.ESTOP, self.tick, f"e-stop: {self.estop.reason}")
-                    robot.estop()
-                    lc.to(Mode.DISARMED, self.tick, "e-stop")
                     outcome = "estop"
+                    try:
+                        robot.estop()
+                    finally:  # whatever the link did, the HAL side is disarmed
+                        lc.to(Mode.DISARMED, self.tick, "e-stop")
                     break
                 done = ((cfg.duration_s is not None and elapsed >= cfg.duration_s)
                         or (cfg.max_ticks is not None and self.tick >= cfg.max_ticks)
@@ -169,7 +175,8 @@ class ControlLoop:
                 state = robot.observe()
                 fresh = state.seq != last_seq
                 last_seq = state.seq
-                if not isfinite(state.values):
+                finite = isfinite(state.values)
+                if not finite:  # never fed to the policy: a stale state for the watchdog
                     self.safety.counts.nonfinite_state += 1
                     fresh = False
                 if state.info.get("episode_end"):
@@ -188,12 +195,15 @@ class ControlLoop:
                     elif verdict == "land":
                         lc.to(Mode.LANDING, self.tick, "hold timed out")
                 if lc.mode == Mode.ACTIVE:
-                    action, policy_s = self._compute(state)
-                    self.policy_s.append(policy_s)
-                    self._command_ok = action is not None and policy_s <= self.period
-                    if not self._command_ok:
-                        self.missed_commands += 1
-                        events.append("missed_command")
+                    if finite:
+                        action, policy_s = self._compute(state)
+                        self.policy_s.append(policy_s)
+                        self._command_ok = action is not None and policy_s <= self.period
+                        if not self._command_ok:
+                            self.missed_commands += 1
+                            events.append("missed_command")
+                    else:
+                        events.append("nonfinite_state")
                     command = action if action is not None else robot.hold_action()
                     command, ev = self.safety(command, robot.hold_action())
                     events += ev
@@ -210,7 +220,8 @@ class ControlLoop:
                     command, ev = self.safety(robot.hold_action(), robot.hold_action())
                     events += ev
                 elif lc.mode == Mode.LANDING:
-                    command = robot.land_action()
+                    command, ev = self.safety(robot.land_action(), robot.land_action())
+                    events += ev
                     self._land_ticks += 1
                     if self._land_ticks > cfg.watchdog.land_ticks:
                         robot.disarm()
@@ -237,10 +248,13 @@ class ControlLoop:
                 lc.to(Mode.DISARMED, self.tick, "stopped")
         except (RobotError, OSError) as e:
             outcome, fault = "fault", f"{type(e).__name__}: {e}"
-            if lc.mode != Mode.DISARMED:
-                lc.to(Mode.FAULT, self.tick, fault)
+            if lc.mode not in (Mode.DISARMED, Mode.DISCONNECTED):
+                if lc.mode != Mode.ESTOP:
+                    lc.to(Mode.FAULT, self.tick, fault)
                 try:
                     robot.disarm()
+                except (RobotError, OSError):
+                    pass  # the link is gone: nothing more reaches the robot
                 finally:
                     lc.to(Mode.DISARMED, self.tick, "fault")
         finally:

@@ -3,7 +3,8 @@
     0xAA 0x55 | len (u8, payload bytes) | msg (u8) | seq (u8) | payload | crc16 (u16 LE)
 
 CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, no reflection) over ``len, msg, seq, payload``.
-Payload floats are little-endian float32. The same constants are written into ``firmware.c``.
+Payload floats are little-endian float32. A reply carries the sequence number of the request it answers (the
+host discards late replies to earlier requests). The same constants are written into ``firmware.c``.
 """
 
 from __future__ import annotations

@@ -90,6 +90,9 @@ class Robot(abc.ABC):
         firmware's)."""
         raise NotImplementedError
 
+    def on_mode(self, mode: str) -> None:  # noqa: B027 - optional hook
+        """The HAL's lifecycle mode changed (``hardware/safety.py: Mode`` values)."""
+
     def attach_bundle(self, bundle_dir) -> None:  # noqa: B027 - optional hook
         """The bundle about to fly (a driver that runs the policy on the robot builds its firmware from it)."""
 

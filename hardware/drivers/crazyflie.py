@@ -31,6 +31,9 @@ BLOCKS = (("pos_vel", [f"stateEstimate.{n}" for n in ("x", "y", "z", "vx", "vy",
           ("gyro", [f"gyro.{n}" for n in ("x", "y", "z")]))
 
 
+LAND_SPEED = 0.3  # [m/s] how fast an onboard-controlled landing lowers the hover target (at 100 Hz)
+
+
 class CrazyflieRobot(Robot):
     scheme = "crazyflie"
 
@@ -95,8 +98,16 @@ class CrazyflieRobot(Robot):
         t.join(self.timeout)
         if not result.get("ok"):
             self.cf.close_link()
+            self.scf = None
             reason = result.get("error", f"no answer within {self.timeout:g} s")
             raise UserError(f"cannot connect to the Crazyflie at {self.link}: {reason}")
+        try:
+            self._setup(LogConfig)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, LogConfig) -> None:  # noqa: N803 - the cflib class
         self.configs = []
         for name, variables in self._blocks:
             lc = LogConfig(name=name, period_in_ms=10)
@@ -121,8 +132,12 @@ class CrazyflieRobot(Robot):
     def _on_log(self, timestamp: int, data: dict, config) -> None:
         with self._lock:
             self._latest[config.name] = (timestamp, [data[v] for v in dict(self._blocks)[config.name]])
-            stamps = {s for s, _ in self._latest.values()}
-            if len(self._latest) == len(self._blocks) and len(stamps) == 1:  # one consistent sample of all blocks
+            # the firmware runs each block on its own timer: the state is the newest sample of every block, taken
+            # once all blocks are within one period of each other (updated as each block arrives)
+            if len(self._latest) < len(self._blocks):
+                return
+            stamps = [s for s, _ in self._latest.values()]
+            if max(stamps) - min(stamps) <= 10:
                 (_, pv), (_, q), (_, g) = (self._latest[n] for n, _ in BLOCKS)
                 if self.onboard_policy:
                     self._motors = np.asarray(self._latest["motor"][1], float) / 65535.0
@@ -172,11 +187,23 @@ class CrazyflieRobot(Robot):
         with self._lock:
             return (2.0 * np.sqrt(np.clip(self._motors, 0.0, 1.0)) - 1.0).astype(np.float32)
 
+    _mode = "active"
+    _land_z = 0.0
+
+    def on_mode(self, mode: str) -> None:
+        if mode == "landing" and self._mode != "landing":
+            self._land_z = float(self.origin[2])
+        self._mode = mode
+
     def send_action(self, action: np.ndarray) -> np.ndarray:
         self._check()
         a = np.clip(np.asarray(action, np.float32), -1.0, 1.0)
-        if self.onboard_policy:  # the controller onboard flies; keep its hover target streaming
-            self.cf.commander.send_position_setpoint(*map(float, self.origin), 0.0)
+        if self.onboard_policy:  # the controller onboard flies; the HAL moves its target (descending to land)
+            x, y, z = map(float, self.origin)
+            if self._mode == "landing":
+                self._land_z -= LAND_SPEED / 100.0
+                z = self._land_z
+            self.cf.commander.send_position_setpoint(x, y, z, 0.0)
             self.sent += 1
             return self.policy_action(None)
         t = self.layout.action[0]

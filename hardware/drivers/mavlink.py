@@ -39,6 +39,8 @@ class MavlinkRobot(Robot):
         if not port.isdigit():
             raise UserError(f"{uri}: the port must be a number")
         self.port = int(port)
+        if not 1 <= self.port <= 65535:
+            raise UserError(f"{uri}: port {self.port} is out of range (1-65535)")
         self.task = query.pop("task", "quadrotor-hover-rates")
         try:
             self.origin = np.array([float(v) for v in query.pop("origin", "0,0,0").split(",")])
@@ -111,6 +113,8 @@ class MavlinkRobot(Robot):
                         return
                     continue
                 kind = msg.get_type()
+                if hasattr(self, "target") and msg.get_srcSystem() != self.target[0]:
+                    continue  # another system on the link
                 if kind == "ATTITUDE":
                     self._att = msg
                     self.seq += 1
@@ -120,8 +124,12 @@ class MavlinkRobot(Robot):
                     self.status_texts.append(msg.text)
                 elif kind == "COMMAND_ACK":
                     self.acks.append((msg.command, msg.result))
-                elif kind == "HEARTBEAT" and msg.get_srcSystem() != 255:
+                elif kind == "HEARTBEAT":
                     self.vehicle_mode = (msg.base_mode, msg.custom_mode)
+                    main_mode = (msg.custom_mode >> 16) & 0xFF
+                    if self.armed and main_mode != PX4_OFFBOARD:  # its failsafe took over: our set-points are ignored
+                        raise RobotError(f"the vehicle left OFFBOARD (main mode {main_mode}): "
+                                         + "; ".join(self.status_texts[-2:]))
         except OSError as e:
             raise RobotError(f"MAVLink link failed: {e}") from None
 

@@ -59,6 +59,15 @@ class SerialRobot(Robot):
 
     # ---- link ----------------------------------------------------------------------------------------
     def connect(self) -> None:
+        self.plant.connect()  # a bad plant is the user's input: found before any process or port is opened
+        self.layout = self.plant.layout
+        try:
+            self._open_link()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_link(self) -> None:
         import serial
 
         path = self.device
@@ -72,13 +81,16 @@ class SerialRobot(Robot):
         try:
             self.port = serial.Serial(path, baudrate=self.baud, timeout=self.timeout, write_timeout=1.0)
         except (serial.SerialException, OSError, ValueError) as e:
-            self._stop_firmware()
             raise UserError(f"cannot open {path}: {e}") from None
-        self.plant.connect()
-        self.layout = self.plant.layout
-        if not self._request(P.HEARTBEAT, b"", P.HEARTBEAT, wait=1.0):
-            self.close()
+        # zeros first: a frame the far side holds half of (a host killed mid-frame) completes and fails its CRC
+        self.port.write(bytes(P.OVERHEAD + P.MAX_PAYLOAD))
+        beat = self._request(P.HEARTBEAT, b"", P.HEARTBEAT, wait=1.0)
+        if beat is None:
             raise UserError(f"no firmware answers on {path} (no heartbeat within 1 s)")
+        want = (self.layout.robot_size("policy"), self.layout.action_size)
+        if len(beat.payload) >= 11 and tuple(beat.payload[9:11]) != want:
+            raise UserError(f"the firmware on {path} was built for state/action sizes {tuple(beat.payload[9:11])}, "
+                            f"the plant's layout has {want}: flash the firmware of this bundle")
 
     def close(self) -> None:
         if self.port is not None:
@@ -99,11 +111,12 @@ class SerialRobot(Robot):
             raise RobotError(f"serial write failed: {e}") from None
         self.seq = (self.seq + 1) & 0xFF
 
-    def _receive(self, msg: int, wait: float) -> P.Frame | None:
+    def _receive(self, msg: int, wait: float, seq: int) -> P.Frame | None:
+        """The reply ``msg`` to request ``seq``; late replies to earlier requests are discarded."""
         deadline = time.monotonic() + wait
         while True:
             for frame in self._pending:
-                if frame.msg == msg:
+                if frame.msg == msg and frame.seq == seq:
                     self._pending.remove(frame)
                     return frame
             left = deadline - time.monotonic()
@@ -121,8 +134,9 @@ class SerialRobot(Robot):
 
     def _request(self, msg: int, payload: bytes, reply: int, wait: float) -> P.Frame | None:
         self._pending = []
+        seq = self.seq
         self._send(msg, payload)
-        return self._receive(reply, wait)
+        return self._receive(reply, wait, seq)
 
     # ---- robot verbs ---------------------------------------------------------------------------------
     def arm(self) -> None:
@@ -153,6 +167,9 @@ class SerialRobot(Robot):
             self.timeouts += 1
             return None  # a missing command: the watchdog holds
         self.round_trip_s.append(time.perf_counter() - t0)
+        if len(frame.payload) != 4 * self.layout.action_size:
+            raise RobotError(f"the firmware sent an action of {len(frame.payload)} bytes, the layout's action has "
+                             f"{self.layout.action_size} floats (firmware from another bundle?)")
         return np.asarray(P.unpack_floats(frame.payload), np.float32)
 
     def send_action(self, action: np.ndarray) -> np.ndarray:

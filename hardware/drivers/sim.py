@@ -18,9 +18,12 @@ from embodied.core.errors import UserError
 from embodied.core.registry import ROBOTS, TASKS
 from embodied.hardware.robot import Robot, RobotState, monotonic, parse_uri
 
+VEHICLE_EPISODE_S = 24 * 3600.0  # a simulated vehicle flies until it crashes (the task's 5 s episodes do not apply)
 
-def sim_env(task: str, factors: dict[str, float], seed: int, device: str = "cpu"):
-    """The task's evaluation env (its preset's task config) with domain randomization off and the plant scaled."""
+
+def sim_env(task: str, factors: dict[str, float], seed: int, device: str = "cpu", **overrides):
+    """The task's evaluation env (its preset's task config) with domain randomization off and the plant scaled;
+    ``overrides`` set task config fields (a vehicle simulator has no episode time limit: ``episode_s``)."""
     import embodied.tasks  # noqa: F401
     from embodied.config import load_config
 
@@ -30,6 +33,8 @@ def sim_env(task: str, factors: dict[str, float], seed: int, device: str = "cpu"
     dr = getattr(env_cfg, "domain_randomization", None)
     if dr is not None and getattr(dr, "enabled", False):
         env_cfg = dataclasses.replace(env_cfg, domain_randomization=dataclasses.replace(dr, enabled=False))
+    if overrides:
+        env_cfg = dataclasses.replace(env_cfg, **overrides)
     env = spec.make(env_cfg, num_envs=1, device=device, seed=seed)
     env.scale_plant(**factors)
     return env

@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from embodied.hardware.drivers.sim import VEHICLE_EPISODE_S
+
 LOG_VARS = [("stateEstimate", n, 7) for n in ("x", "y", "z", "vx", "vy", "vz", "qw", "qx", "qy", "qz")] + \
     [("gyro", n, 7) for n in ("x", "y", "z")] + [("motor", f"m{i}", 2) for i in range(1, 5)]  # 7 float, 2 uint16
 # (group, name, type byte, initial value): u8 = 0x08
@@ -48,7 +50,7 @@ class CrazyflieVehicle:
         self.oot = OnboardController(onboard) if onboard is not None else None
         if self.oot is not None:
             task = "quadrotor-hover"  # the controller drives the motors: the RPM-level plant
-        self.env = sim_env(task, factors or {}, seed)
+        self.env = sim_env(task, factors or {}, seed, episode_s=VEHICLE_EPISODE_S)
         self.forces = [0.0] * 4
         self.position_setpoint: tuple[float, float, float] | None = None
         self.tick = 0
@@ -173,6 +175,9 @@ class CrazyflieVehicle:
         elif cmd in (6, 7) and len(p) >= 2:  # create / append (V2): (type, id u16) triples
             bid = p[1]
             ids = [struct.unpack_from("<BH", p, 2 + 3 * k)[1] for k in range((len(p) - 2) // 3)]
+            if any(i >= len(LOG_VARS) for i in ids):
+                self._send(5, 1, bytes([cmd, bid, 2]))  # ENOENT: no such variable
+                return
             if cmd == 6:
                 self.blocks[bid] = {"vars": ids, "period": 0.01, "next": now, "on": False}
             elif bid in self.blocks:
@@ -234,8 +239,10 @@ class CrazyflieVehicle:
                             a = self._onboard(now)
                         else:
                             a = self._action(now)
-                        self.env.step(torch.from_numpy(a)[None])
+                        _, _, term, _, _ = self.env.step(torch.from_numpy(a)[None])
                         self._count("steps")
+                        if term[0]:  # the plant restarts from a new initial state
+                            self._count("crashes")
                         self.tick += 1
                     values = self._values()
                     ms = int((now - self.t0) * 1000) & 0xFFFFFF

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import torch
 
+from embodied.hardware.drivers.sim import VEHICLE_EPISODE_S
 from embodied.hardware.frames import T, ours_to_ned, quat_to_rotmat
 
 PX4_OFFBOARD, PX4_AUTO, PX4_LOITER = 6, 4, 3
@@ -34,7 +35,7 @@ class MavlinkVehicle:
 
         from embodied.hardware.drivers.sim import sim_env
 
-        self.env = sim_env(task, factors or {}, seed)
+        self.env = sim_env(task, factors or {}, seed, episode_s=VEHICLE_EPISODE_S)
         self.layout = self.env.layout()
         self.dt = 1.0 / self.layout.control_hz
         self.conn = mavutil.mavlink_connection(f"udpin:{host}:{port}", source_system=1, source_component=1)
@@ -86,6 +87,12 @@ class MavlinkVehicle:
         self.counts["acks_ok" if ok else "acks_denied"] += 1
 
     def _handle(self, msg, now: float) -> None:
+        try:
+            self._dispatch(msg, now)
+        except (ValueError, OverflowError, TypeError, AttributeError):  # a malformed field (NaN mode, ...): dropped
+            self.counts["malformed"] += 1
+
+    def _dispatch(self, msg, now: float) -> None:
         kind = msg.get_type()
         self.counts[kind] += 1
         if kind == "SET_ATTITUDE_TARGET":
@@ -165,8 +172,9 @@ class MavlinkVehicle:
             with self.lock:
                 a = self._action(now)
                 if self.armed:  # disarmed, it sits where it is (the simulator has no ground)
-                    self.env.step(torch.from_numpy(a)[None])
+                    _, _, term, _, _ = self.env.step(torch.from_numpy(a)[None])
                     self.counts["steps"] += 1
+                    self.counts["crashes"] += int(term[0])  # the plant restarts from a new initial state
                 self._telemetry()
                 if now >= next_beat:
                     self._heartbeat()

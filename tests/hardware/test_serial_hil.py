@@ -113,7 +113,7 @@ def _fuzz_firmware(c_bundle, n: int) -> None:
                 break
         port.close()
     assert frames, "the firmware stopped answering after the fuzz stream"
-    status, ok, crc_errors = struct.unpack("<BII", frames[0].payload)
+    status, ok, crc_errors = struct.unpack_from("<BII", frames[0].payload)
     assert ok > 0 and crc_errors > 0
 
 
@@ -188,3 +188,57 @@ def test_firmware_death_is_a_fault(c_bundle):
         summary = ControlLoop(robot, None, LoopConfig(100.0, lockstep=True, status=False, max_ticks=200)).run()
     assert summary["outcome"] == "fault" and summary["fault"]  # the write to a line nobody reads, or the dead process
     assert [t["dst"] for t in summary["transitions"]][-2:] == ["fault", "disarmed"]
+
+
+def test_estop_over_a_dead_link_still_disarms(c_bundle):
+    """The e-stop's link-level command fails (the firmware is gone): the HAL still ends disarmed, as a fault."""
+    from embodied.hardware.safety import EStop
+
+    estop = EStop()
+    robot = make_robot("serial://hil?plant=quadrotor-hover")
+    robot.attach_bundle(c_bundle)
+    with robot:
+        original = robot.policy_action
+        calls = []
+
+        def dying(state):
+            calls.append(1)
+            if len(calls) == 20:
+                robot._fw.proc.kill()
+                robot._fw.proc.wait()
+                estop.trip("operator")
+                return np.zeros(4, np.float32)
+            return original(state)
+
+        robot.policy_action = dying
+        summary = ControlLoop(robot, None, LoopConfig(100.0, lockstep=True, status=False, max_ticks=100), estop).run()
+    dst = [t["dst"] for t in summary["transitions"]]
+    assert dst[-2:] == ["estop", "disarmed"] and summary["outcome"] == "fault" and not robot.armed
+
+
+def test_a_stalled_firmware_is_a_missing_command_then_recovers(c_bundle):
+    """SIGSTOP the firmware for 0.2 s: its replies time out (missing commands), the watchdog holds, and when it
+    answers again the loop recovers."""
+    import os
+    import signal
+    import threading
+
+    robot = make_robot("serial://hil?plant=quadrotor-hover&timeout=0.02")
+    robot.attach_bundle(c_bundle)
+    with robot:
+        pid = robot._fw.proc.pid
+        original = robot.policy_action
+        calls = []
+
+        def stall(state):
+            calls.append(1)
+            if len(calls) == 20:
+                os.kill(pid, signal.SIGSTOP)
+                threading.Timer(0.2, os.kill, (pid, signal.SIGCONT)).start()
+            return original(state)
+
+        robot.policy_action = stall
+        summary = ControlLoop(robot, None, LoopConfig(100.0, lockstep=True, status=False, max_ticks=80)).run()
+    reasons = [t["reason"] for t in summary["transitions"]]
+    assert summary["robot"]["timeouts"] >= 1 and "missing command" in reasons and "recovered" in reasons
+    assert summary["outcome"] == "completed"
