@@ -57,6 +57,11 @@ def main() -> None:
                        log_dir=Path(tmp) / "flights", status=False)
             rows = [json.loads(line) for line in Path(s["log"]).read_text().splitlines()]
             policy_us = [r["policy_us"] for r in rows if r.get("policy_us") is not None]
+            ticks = [r for r in rows if "tick" in r]
+            worst = sorted(ticks, key=lambda r: -r["late_ms"])[:3]  # where the largest start delays were
+            worst = [{"tick": r["tick"], "late_ms": r["late_ms"], "mode": r["mode"],
+                      "episode_end_before": any(t.get("episode_end") for t in ticks[max(0, r["tick"] - 2):r["tick"]])}
+                     for r in worst]
             result["rates"][str(int(rate))] = {
                 "achieved_hz": s["achieved_hz"], "ticks": s["ticks"], "on_time_fraction": s["on_time_fraction"],
                 "jitter": s["jitter"], "overruns": s["overruns"], "missed_commands": s["missed_commands"],
@@ -65,6 +70,7 @@ def main() -> None:
                 "policy_call_us_p50": float(np.percentile(policy_us, 50)) if policy_us else None,
                 "policy_call_us_p99": float(np.percentile(policy_us, 99)) if policy_us else None,
                 "outcome": s["outcome"], "timeouts": s["robot"]["timeouts"], "crc_errors": s["robot"]["crc_errors"],
+                "latest_ticks": worst,
             }
             print(f"{rate:.0f} Hz: {json.dumps(result['rates'][str(int(rate))])}", file=sys.stderr)
     text = json.dumps(result, indent=1)
