@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from embodied.hardware.drivers.sim import VEHICLE_EPISODE_S
+from embodied.hardware.sitl import parse_factors, serve
 
 LOG_VARS = [("stateEstimate", n, 7) for n in ("x", "y", "z", "vx", "vy", "vz", "qw", "qx", "qy", "qz")] + \
     [("gyro", n, 7) for n in ("x", "y", "z")] + [("motor", f"m{i}", 2) for i in range(1, 5)]  # 7 float, 2 uint16
@@ -332,15 +333,8 @@ def main() -> None:
     ap.add_argument("--task", default="quadrotor-hover-rates")
     ap.add_argument("--plant", default="", help="factors, e.g. mass=1.2,thrust=0.9")
     args = ap.parse_args()
-    factors = {k: float(v) for k, v in (kv.split("=") for kv in args.plant.split(",") if kv)}
-    with CrazyflieVehicle(args.port, task=args.task, factors=factors):
-        print(f"Crazyflie (CRTP) on udp://127.0.0.1:{args.port} ({args.task}); Ctrl-C stops it", flush=True)
-        try:
-            while True:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
-
+    serve(CrazyflieVehicle(args.port, task=args.task, factors=parse_factors(args.plant)),
+          f"Crazyflie (CRTP) on udp://127.0.0.1:{args.port} ({args.task})")
 
 if __name__ == "__main__":
     main()

@@ -24,6 +24,7 @@ import torch
 
 from embodied.hardware.drivers.sim import VEHICLE_EPISODE_S
 from embodied.hardware.frames import T, ours_to_ned, quat_to_rotmat
+from embodied.hardware.sitl import parse_factors, serve
 
 PX4_OFFBOARD, PX4_AUTO, PX4_LOITER = 6, 4, 3
 
@@ -195,15 +196,8 @@ def main() -> None:
     ap.add_argument("--plant", default="", help="factors, e.g. mass=1.2,thrust=0.9")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    factors = {k: float(v) for k, v in (kv.split("=") for kv in args.plant.split(",") if kv)}
-    with MavlinkVehicle(args.port, args.host, args.task, factors, args.seed):
-        print(f"MAVLink vehicle on udpin:{args.host}:{args.port} ({args.task}); Ctrl-C stops it", flush=True)
-        try:
-            while True:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
-
+    serve(MavlinkVehicle(args.port, args.host, args.task, parse_factors(args.plant), args.seed),
+          f"MAVLink vehicle on udpin:{args.host}:{args.port} ({args.task})")
 
 if __name__ == "__main__":
     main()

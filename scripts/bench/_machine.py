@@ -16,3 +16,15 @@ def machine_info() -> dict:
     except OSError:
         cpu = platform.processor()
     return {"cpu": cpu, "cores": os.cpu_count(), "mujoco": mujoco.__version__, "torch": torch.__version__}
+
+
+def emit(result: dict, out: str | None) -> None:
+    """Print a benchmark's JSON on stdout and, with ``out``, write it there too."""
+    import json
+    from pathlib import Path
+
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import machine_info  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
 
 import embodied  # noqa: E402
 from embodied.hardware.bundle import write_bundle  # noqa: E402
@@ -73,11 +73,7 @@ def main() -> None:
                 "latest_ticks": worst,
             }
             print(f"{rate:.0f} Hz: {json.dumps(result['rates'][str(int(rate))])}", file=sys.stderr)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

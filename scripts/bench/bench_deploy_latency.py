@@ -24,7 +24,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -37,7 +36,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import machine_info  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
 
 import embodied  # noqa: E402
 from embodied.core.layout import generic_layout  # noqa: E402
@@ -178,11 +177,7 @@ def main() -> None:
                                        group=env.symmetry_group().to_spec()).eval()
         out["quadrotor_actor"] = measure("quadrotor", actor, env.layout(), qobs, work, args.calls, args.c_calls)
         out["quadrotor_actor"]["source"] = args.run or "fresh init (default sizes)"
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

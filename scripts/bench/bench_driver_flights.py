@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import machine_info  # noqa: E402
+from _machine import emit, machine_info  # noqa: E402
 
 from embodied.hardware.deploy import deploy  # noqa: E402
 from embodied.hardware.sitl.crazyflie import CrazyflieVehicle  # noqa: E402
@@ -79,11 +79,7 @@ def main() -> None:
             out["routes"][route] = {"flights": res, "held": sum(r["held"] for r in res),
                                     "dist_tail_mean_m": float(np.mean([r["dist_tail_mean_m"] for r in res]))}
             print(route, json.dumps({k: v for k, v in out["routes"][route].items() if k != "flights"}), file=sys.stderr)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    emit(out, args.out)
 
 
 if __name__ == "__main__":

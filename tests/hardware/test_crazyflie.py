@@ -13,26 +13,14 @@ import time
 import numpy as np
 import pytest
 
-from embodied.config import load_config
 from embodied.core.errors import UserError
-from embodied.hardware import export_run, load_bundle
+from embodied.hardware import load_bundle
 from embodied.hardware.frames import quat_to_rotmat
 from embodied.hardware.loop import ControlLoop, LoopConfig
 from embodied.hardware.robot import make_robot
 from embodied.hardware.sitl.crazyflie import CrazyflieVehicle
-from embodied.train import train
 
 FUZZ_DATAGRAMS = 10_000
-
-
-@pytest.fixture(scope="module")
-def rates_bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cf")
-    cfg = load_config("quadrotor-hover-rates", "debug", ["total_steps=512", "log.progress=false",
-                                                          "log.tensorboard=false"])
-    run_dir, _ = train(cfg, root / "run")
-    export_run(run_dir, root / "bundle", "onnx")
-    return root / "bundle"
 
 
 def test_flight_through_cflib(rates_bundle):
@@ -131,15 +119,6 @@ def test_fuzz_crtp_vehicle_parser_100k():
 
 
 # ---- the motor-level path: the generated C as the out-of-tree controller ---------------------------------
-@pytest.fixture(scope="module")
-def rpm_bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("oot")
-    cfg = load_config("quadrotor-hover", "debug", ["total_steps=512", "log.progress=false", "log.tensorboard=false"])
-    run_dir, _ = train(cfg, root / "run")
-    export_run(run_dir, root / "bundle", "c")
-    return root / "bundle"
-
-
 def test_oot_app_files_and_host_build(rpm_bundle, rates_bundle, tmp_path):
     from embodied.hardware.crazyflie_app import build_host_controller, write_oot_app
 

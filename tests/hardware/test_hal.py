@@ -9,9 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from embodied.config import load_config
 from embodied.core.errors import UserError
-from embodied.hardware import export_run, load_bundle
+from embodied.hardware import load_bundle
 from embodied.hardware.loop import ControlLoop, LoopConfig
 from embodied.hardware.robot import make_robot
 from embodied.hardware.safety import (
@@ -24,16 +23,6 @@ from embodied.hardware.safety import (
     Watchdog,
     WatchdogConfig,
 )
-from embodied.train import train
-
-
-@pytest.fixture(scope="module")
-def hover_bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hal")
-    cfg = load_config("quadrotor-hover", "debug", ["total_steps=512", "log.progress=false", "log.tensorboard=false"])
-    run_dir, _ = train(cfg, root / "run")
-    export_run(run_dir, root / "bundle", "onnx")
-    return root / "bundle"
 
 
 def fly(bundle, uri, log=None, **cfg):
@@ -97,9 +86,9 @@ def test_estop_latches_until_reset():
     assert not e.latched
 
 
-def test_loop_flies_the_simulated_robot_and_logs_every_tick(hover_bundle, tmp_path):
+def test_loop_flies_the_simulated_robot_and_logs_every_tick(rpm_bundle, tmp_path):
     log = tmp_path / "flight.jsonl"
-    summary, loop = fly(hover_bundle, "sim://quadrotor-hover?seed=2", log, max_ticks=300)
+    summary, loop = fly(rpm_bundle, "sim://quadrotor-hover?seed=2", log, max_ticks=300)
     assert summary["outcome"] == "completed" and summary["ticks"] == 300
     assert [t["dst"] for t in summary["transitions"]] == ["connected", "armed", "active", "disarmed"]
     rows = [r for r in map(json.loads, log.read_text().splitlines()) if "tick" in r]
@@ -107,8 +96,8 @@ def test_loop_flies_the_simulated_robot_and_logs_every_tick(hover_bundle, tmp_pa
     assert summary["robot"]["steps"] == 300
 
 
-def test_stale_state_holds_within_two_periods_then_recovers(hover_bundle):
-    summary, loop = fly(hover_bundle, "sim://quadrotor-hover?seed=1&dropout_at=40&dropout_ticks=5", max_ticks=80)
+def test_stale_state_holds_within_two_periods_then_recovers(rpm_bundle):
+    summary, loop = fly(rpm_bundle, "sim://quadrotor-hover?seed=1&dropout_at=40&dropout_ticks=5", max_ticks=80)
     hold = [t for t in summary["transitions"] if t["dst"] == "hold"]
     back = [t for t in summary["transitions"] if t["reason"] == "recovered"]
     # readings 40..44 repeat reading 39 (the last fresh one): tick 41 is two periods after it
@@ -116,15 +105,15 @@ def test_stale_state_holds_within_two_periods_then_recovers(hover_bundle):
     assert back and back[0]["tick"] >= 45 and summary["watchdog_trips"] == 1
 
 
-def test_long_dropout_lands_and_disarms(hover_bundle):
-    summary, _ = fly(hover_bundle, "sim://quadrotor-hover?dropout_at=10&dropout_ticks=1000", max_ticks=400,
+def test_long_dropout_lands_and_disarms(rpm_bundle):
+    summary, _ = fly(rpm_bundle, "sim://quadrotor-hover?dropout_at=10&dropout_ticks=1000", max_ticks=400,
                      watchdog=WatchdogConfig(hold_ticks=20, land_ticks=30))
     dst = [t["dst"] for t in summary["transitions"]]
     assert dst[-3:] == ["hold", "landing", "disarmed"] and summary["outcome"] == "completed"
 
 
-def test_nan_state_is_never_fed_to_the_policy(hover_bundle):
-    runner = load_bundle(hover_bundle)
+def test_nan_state_is_never_fed_to_the_policy(rpm_bundle):
+    runner = load_bundle(rpm_bundle)
     seen = []
 
     class Spy:
@@ -141,8 +130,8 @@ def test_nan_state_is_never_fed_to_the_policy(hover_bundle):
     assert summary["watchdog_trips"] == 0  # one stale reading is tolerated (stale_ticks=1)
 
 
-def test_missed_deadline_is_a_missing_command(hover_bundle):
-    runner = load_bundle(hover_bundle)
+def test_missed_deadline_is_a_missing_command(rpm_bundle):
+    runner = load_bundle(rpm_bundle)
 
     class Slow:  # a policy that misses its 10 ms deadline on ticks 19-21 (call 1 is the loop's warm-up call)
         calls = 0
@@ -164,9 +153,9 @@ def test_missed_deadline_is_a_missing_command(hover_bundle):
     assert hold[0]["reason"] == "missing command"
 
 
-def test_estop_stops_at_once_and_blocks_the_next_flight(hover_bundle):
+def test_estop_stops_at_once_and_blocks_the_next_flight(rpm_bundle):
     estop = EStop()
-    runner = load_bundle(hover_bundle)
+    runner = load_bundle(rpm_bundle)
 
     class Button:
         def __init__(self):
@@ -194,15 +183,15 @@ def test_estop_stops_at_once_and_blocks_the_next_flight(hover_bundle):
                            estop).run()["outcome"] == "completed"
 
 
-def test_geofence_lands_without_a_fault(hover_bundle):
-    summary, _ = fly(hover_bundle, "sim://quadrotor-hover?seed=5", max_ticks=300,
+def test_geofence_lands_without_a_fault(rpm_bundle):
+    summary, _ = fly(rpm_bundle, "sim://quadrotor-hover?seed=5", max_ticks=300,
                      safety=SafetyConfig(geofence_radius=0.05), watchdog=WatchdogConfig(land_ticks=10))
     reasons = [t["reason"] for t in summary["transitions"]]
     assert "geofence" in reasons and summary["outcome"] == "completed"
     assert summary["interventions"]["geofence"] == 1
 
 
-def test_sim_plant_parameters_scale_the_task(hover_bundle):
+def test_sim_plant_parameters_scale_the_task(rpm_bundle):
     with make_robot("sim://quadrotor-hover?mass=1.2&thrust=0.9&motor_tau=1.3&noise=2") as robot:
         env = robot.env
         P = env.sim.PARAMS

@@ -12,14 +12,12 @@ import time
 import numpy as np
 import pytest
 
-from embodied.config import load_config
 from embodied.core.errors import UserError
-from embodied.hardware import export_run, load_bundle
+from embodied.hardware import load_bundle
 from embodied.hardware.frames import euler_to_rotmat, ned_to_ours, ours_to_ned, quat_to_rotmat, rotmat_to_euler
 from embodied.hardware.loop import ControlLoop, LoopConfig
 from embodied.hardware.robot import make_robot
 from embodied.hardware.sitl.mavlink import PX4_OFFBOARD, MavlinkVehicle
-from embodied.train import train
 
 FUZZ_DATAGRAMS = 10_000
 
@@ -97,16 +95,6 @@ def test_vehicle_enforces_px4_offboard_rules():
 
 
 # ---- the driver --------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def rates_bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mav")
-    cfg = load_config("quadrotor-hover-rates", "debug", ["total_steps=512", "log.progress=false",
-                                                          "log.tensorboard=false"])
-    run_dir, _ = train(cfg, root / "run")
-    export_run(run_dir, root / "bundle", "onnx")
-    return root / "bundle"
-
-
 def test_flight_over_mavlink_reads_the_plant_and_lands(rates_bundle):
     port = free_port()
     runner = load_bundle(rates_bundle)

@@ -10,14 +10,12 @@ import struct
 import numpy as np
 import pytest
 
-from embodied.config import load_config
 from embodied.core.errors import UserError
-from embodied.hardware import export_run, load_bundle
+from embodied.hardware import load_bundle
 from embodied.hardware import protocol as P
 from embodied.hardware.hil import FirmwareProcess, firmware_for
 from embodied.hardware.loop import ControlLoop, LoopConfig
 from embodied.hardware.robot import make_robot
-from embodied.train import train
 
 FUZZ_FRAMES = 10_000  # the slow tier runs 100k
 
@@ -85,19 +83,10 @@ def test_fuzz_python_decoder_100k():
     _fuzz_decoder(100_000)
 
 
-@pytest.fixture(scope="module")
-def c_bundle(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hil")
-    cfg = load_config("quadrotor-hover", "debug", ["total_steps=512", "log.progress=false", "log.tensorboard=false"])
-    run_dir, _ = train(cfg, root / "run")
-    export_run(run_dir, root / "bundle", "c")
-    return root / "bundle"
-
-
-def _fuzz_firmware(c_bundle, n: int) -> None:
+def _fuzz_firmware(rpm_bundle, n: int) -> None:
     import serial
 
-    with FirmwareProcess(firmware_for(c_bundle)) as path:
+    with FirmwareProcess(firmware_for(rpm_bundle)) as path:
         port = serial.Serial(path, 921600, timeout=0.5)
         stream, _ = fuzz_stream(random.Random(1), n)
         for i in range(0, len(stream), 4096):
@@ -117,21 +106,21 @@ def _fuzz_firmware(c_bundle, n: int) -> None:
     assert ok > 0 and crc_errors > 0
 
 
-def test_fuzz_firmware_parser(c_bundle):
-    _fuzz_firmware(c_bundle, FUZZ_FRAMES)
+def test_fuzz_firmware_parser(rpm_bundle):
+    _fuzz_firmware(rpm_bundle, FUZZ_FRAMES)
 
 
 @pytest.mark.slow
-def test_fuzz_firmware_parser_100k(c_bundle):
-    _fuzz_firmware(c_bundle, 100_000)
+def test_fuzz_firmware_parser_100k(rpm_bundle):
+    _fuzz_firmware(rpm_bundle, 100_000)
 
 
-def test_hil_flight_runs_the_c_policy(c_bundle):
+def test_hil_flight_runs_the_c_policy(rpm_bundle):
     """Lock-step over the pty: every action the firmware returns is the bundle's policy of that state and of
     the action history the firmware keeps itself (across a RESET at each new episode)."""
-    runner = load_bundle(c_bundle, "onnx")
+    runner = load_bundle(rpm_bundle, "onnx")
     robot = make_robot("serial://hil?plant=quadrotor-hover&seed=3")
-    robot.attach_bundle(c_bundle)
+    robot.attach_bundle(rpm_bundle)
     rows = []
 
     class Check:  # the HAL-side reference: the same bundle through onnxruntime
@@ -170,9 +159,9 @@ def test_unreachable_serial_device_is_one_user_error():
         make_robot("serial:///dev/ttyUSB0")
 
 
-def test_firmware_death_is_a_fault(c_bundle):
+def test_firmware_death_is_a_fault(rpm_bundle):
     robot = make_robot("serial://hil?plant=quadrotor-hover")
-    robot.attach_bundle(c_bundle)
+    robot.attach_bundle(rpm_bundle)
     runner_ticks = []
     with robot:
         original = robot.policy_action
@@ -190,13 +179,13 @@ def test_firmware_death_is_a_fault(c_bundle):
     assert [t["dst"] for t in summary["transitions"]][-2:] == ["fault", "disarmed"]
 
 
-def test_estop_over_a_dead_link_still_disarms(c_bundle):
+def test_estop_over_a_dead_link_still_disarms(rpm_bundle):
     """The e-stop's link-level command fails (the firmware is gone): the HAL still ends disarmed, as a fault."""
     from embodied.hardware.safety import EStop
 
     estop = EStop()
     robot = make_robot("serial://hil?plant=quadrotor-hover")
-    robot.attach_bundle(c_bundle)
+    robot.attach_bundle(rpm_bundle)
     with robot:
         original = robot.policy_action
         calls = []
@@ -216,7 +205,7 @@ def test_estop_over_a_dead_link_still_disarms(c_bundle):
     assert dst[-2:] == ["estop", "disarmed"] and summary["outcome"] == "fault" and not robot.armed
 
 
-def test_a_stalled_firmware_is_a_missing_command_then_recovers(c_bundle):
+def test_a_stalled_firmware_is_a_missing_command_then_recovers(rpm_bundle):
     """SIGSTOP the firmware for 0.2 s: its replies time out (missing commands), the watchdog holds, and when it
     answers again the loop recovers."""
     import os
@@ -224,7 +213,7 @@ def test_a_stalled_firmware_is_a_missing_command_then_recovers(c_bundle):
     import threading
 
     robot = make_robot("serial://hil?plant=quadrotor-hover&timeout=0.02")
-    robot.attach_bundle(c_bundle)
+    robot.attach_bundle(rpm_bundle)
     with robot:
         pid = robot._fw.proc.pid
         original = robot.policy_action
