@@ -122,8 +122,14 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     files = ["policy.onnx", "observations.npy"]
     c_info = None
     if fmt in ("c", "all"):
+        from embodied.hardware import protocol
         from embodied.hardware.codegen import compile_object, emit_c, size_report
         from embodied.hardware.firmware import firmware_source
+
+        widest = 4 * max(layout.robot_size("policy"), layout.action_size)
+        if widest > protocol.MAX_PAYLOAD:
+            raise UserError(f"the firmware's serial frames carry at most {protocol.MAX_PAYLOAD // 4} floats; this "
+                            f"policy's state or action needs {widest // 4} (export --format onnx)")
 
         header, source_c = emit_c(ops, obs_dim, layout)
         (out / "policy.h").write_text(header)
