@@ -265,7 +265,7 @@ class ControlLoop:
         finally:
             gc.unfreeze()
             if cfg.status:
-                self._print_status(time.monotonic() - t_start, final=True)
+                self._print_status(time.monotonic() - (self._t_loop or t_start), final=True)
             summary = self.summary(time.monotonic() - t_start, outcome, fault)
             if self._log:
                 self._log.write(json.dumps({"summary": summary}) + "\n")
