@@ -92,9 +92,7 @@ def read_ply(path: Path) -> GaussianScene:
         v = ply["vertex"]
     except FileNotFoundError:
         raise UserError(f"scene file not found: {path}") from None
-    except (KeyError, ValueError, OSError, Exception) as e:  # plyfile raises its own PlyParseError (a ValueError)
-        if isinstance(e, UserError):
-            raise
+    except Exception as e:  # plyfile's PlyParseError, a missing element (KeyError), a truncated file, ...
         raise UserError(f"{path} is not a readable .ply with a 'vertex' element: {e}") from None
     names = set(v.data.dtype.names or ())
     missing = [p for p in REQUIRED if p not in names]
@@ -109,7 +107,9 @@ def read_ply(path: Path) -> GaussianScene:
     n, k = len(v.data), (degree + 1) ** 2
 
     def cols(props):
-        return np.stack([np.asarray(v[p], np.float32) for p in props], axis=1) if props else np.zeros((n, 0), np.float32)
+        if not props:
+            return np.zeros((n, 0), np.float32)
+        return np.stack([np.asarray(v[p], np.float32) for p in props], axis=1)
 
     sh = np.empty((n, k, 3), np.float32)
     sh[:, 0, :] = cols(["f_dc_0", "f_dc_1", "f_dc_2"])
