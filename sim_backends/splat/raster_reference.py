@@ -1,0 +1,59 @@
+"""Plain-torch reference of tile-binned, depth-sorted alpha compositing (reference subsystems.md 1.4; the INRIA
+``renderCUDA`` loop), slow and exact, for testing the kernel (``kernels/splat_numba.py``) against.
+
+Per pixel, front to back over the Gaussians whose 16x16-tile rectangle ``[floor((u - r) / 16), ceil((u + r) / 16))``
+holds the pixel's tile:
+    power = -0.5 (A dx^2 + C dy^2) - B dx dy            (conic (A, B, C), d = mean2d - pixel centre)
+    skip if power > 0;  alpha = min(0.99, o exp(power));  skip if alpha < 1/255
+    stop if T (1 - alpha) < 1e-4;  C += rgb alpha T;  D += z alpha T;  T *= 1 - alpha
+    out = C + T bg,  depth = D (alpha-weighted),  alpha = 1 - T
+"""
+
+from __future__ import annotations
+
+import torch
+
+TILE = 16
+ALPHA_MIN = 1.0 / 255.0
+ALPHA_MAX = 0.99
+T_MIN = 1e-4
+
+
+def tile_rects(means2d: torch.Tensor, radius: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """``[N, 4]`` (tx0, ty0, tx1, ty1) tile ranges each Gaussian touches, clamped to the grid (empty if x1 <= x0)."""
+    tw, th = (width + TILE - 1) // TILE, (height + TILE - 1) // TILE
+    r = radius.to(means2d.dtype)
+    x0 = torch.floor((means2d[:, 0] - r) / TILE).clamp(0, tw)
+    y0 = torch.floor((means2d[:, 1] - r) / TILE).clamp(0, th)
+    x1 = torch.ceil((means2d[:, 0] + r) / TILE).clamp(0, tw)
+    y1 = torch.ceil((means2d[:, 1] + r) / TILE).clamp(0, th)
+    return torch.stack([x0, y0, x1, y1], -1).long()
+
+
+def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, height: int, bg=(0.0, 0.0, 0.0)):
+    """One camera: ``rgb [H, W, 3]``, ``depth [H, W]``, ``alpha [H, W]`` (float64)."""
+    dt = torch.float64
+    means2d, conic, opacity, rgb, depth = (t.to(dt) for t in (means2d, conic, opacity, rgb, depth))
+    order = torch.argsort(torch.where(valid, depth, torch.full_like(depth, float("inf"))), stable=True)
+    order = order[valid[order]]
+    m, q, o, c, z = means2d[order], conic[order], opacity[order], rgb[order], depth[order]
+    rect = tile_rects(m, radius[order], width, height)
+    ys, xs = torch.meshgrid(torch.arange(height, dtype=dt), torch.arange(width, dtype=dt), indexing="ij")
+    px, py = xs.reshape(-1) + 0.5, ys.reshape(-1) + 0.5  # [P]
+    tx, ty = (xs.reshape(-1) // TILE).long(), (ys.reshape(-1) // TILE).long()
+    inside = ((tx[:, None] >= rect[None, :, 0]) & (tx[:, None] < rect[None, :, 2])
+              & (ty[:, None] >= rect[None, :, 1]) & (ty[:, None] < rect[None, :, 3]))  # [P, N]
+    dx, dy = m[None, :, 0] - px[:, None], m[None, :, 1] - py[:, None]
+    power = -0.5 * (q[None, :, 0] * dx * dx + q[None, :, 2] * dy * dy) - q[None, :, 1] * dx * dy
+    alpha = torch.clamp(o[None, :] * torch.exp(power), max=ALPHA_MAX)
+    use = inside & (power <= 0) & (alpha >= ALPHA_MIN)
+    alpha = torch.where(use, alpha, torch.zeros_like(alpha))
+    t_after = torch.cumprod(1 - alpha, dim=1)
+    t_before = torch.cat([torch.ones_like(t_after[:, :1]), t_after[:, :-1]], 1)
+    # T only falls: the first Gaussian that would take it below T_MIN stops the pixel, and so do all after it
+    live = t_after >= T_MIN
+    w = torch.where(live, alpha * t_before, torch.zeros_like(alpha))
+    t_final = torch.where(live, t_after, torch.ones_like(t_after)).min(1).values if w.shape[1] else torch.ones(
+        px.shape[0], dtype=dt)
+    color = w @ c + t_final[:, None] * torch.as_tensor(bg, dtype=dt)
+    return color.reshape(height, width, 3), (w @ z).reshape(height, width), (1 - t_final).reshape(height, width)
