@@ -134,3 +134,32 @@ def test_look_at_and_offset_projection():
     u, v = out["means2d"][1].tolist()
     assert u == pytest.approx(60.0, abs=1e-4) and v == pytest.approx(45.0, abs=1e-4)  # right: +u, up: -v
     assert out["depth"].tolist() == pytest.approx([10.0, 10.0])
+
+
+def test_render_both_kernels_agree_and_the_image_moves_with_the_camera(tmp_path):
+    from embodied.sim_backends.splat.reference import fov_to_focal
+    from embodied.sim_backends.splat.render import Camera, SplatScene, render
+
+    rng = np.random.default_rng(0)
+    n = 300
+    means = np.stack([rng.uniform(4, 8, n), rng.uniform(-2, 2, n), rng.uniform(-1, 1, n)], 1)
+    scene = GaussianScene.from_rgb(means, np.full((n, 3), 0.08), rng.uniform(0, 1, (n, 3)), rng.uniform(0.3, 0.9, n))
+    scene = read_ply(write_ply(scene, tmp_path / "s.ply"))  # what a scene file gives
+    s = SplatScene(scene)
+    f = fov_to_focal(math.radians(90), 112)
+
+    def cam(y):
+        return Camera(look_at((0.0, y, 0.0), (1.0, y, 0.0)), f, f, 56.0, 32.0, 112, 64)
+
+    a = render(s, [cam(0.0), cam(0.3)], bg=(0.2, 0.2, 0.2))
+    b = render(s, [cam(0.0), cam(0.3)], bg=(0.2, 0.2, 0.2), kernel="torch")
+    assert a["rgb"].shape == (2, 64, 112, 3) and a["depth"].shape == (2, 64, 112)
+    for k in ("rgb", "depth", "alpha"):
+        assert (a[k] - b[k]).abs().max() < 2e-4, k
+    assert a["alpha"].mean() > 0.03  # the scene is drawn
+    # a camera moved left (+y) sees the scene shifted right in the image: the alpha centroid moves to larger u
+    u = torch.arange(112, dtype=torch.float32)
+    centroid = [(a["alpha"][i].sum(0) * u).sum() / a["alpha"][i].sum() for i in range(2)]
+    assert centroid[1] > centroid[0] + 2
+    with pytest.raises(UserError):
+        render(s, [cam(0.0), Camera(cam(0.0).viewmat, f, f, 32.0, 32.0, 64, 64)])

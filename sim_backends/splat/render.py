@@ -1,0 +1,77 @@
+"""Rendering a Gaussian-splat scene from batched cameras: RGB, alpha-weighted depth and accumulated alpha.
+
+``SplatScene`` holds the activated, static parts of a scene as tensors on one device (means, 3D covariances,
+opacities, SH coefficients), computed once; ``render(scene, cameras)`` projects (torch, any device), colours by SH
+from each camera's position, culls by opacity and distance, and composites with the numba kernel on CPU
+(``kernel="auto"|"numba"``) or the plain-torch reference (``kernel="torch"``, the CUDA path)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from embodied.core.errors import UserError
+from embodied.sim_backends.splat import raster_reference
+from embodied.sim_backends.splat.reference import covariance3d, project, sh_to_rgb
+from embodied.sim_backends.splat.scene import GaussianScene
+
+
+@dataclass
+class Camera:
+    viewmat: torch.Tensor  # [4, 4] world -> camera (OpenCV: +x right, +y down, +z forward)
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    width: int
+    height: int
+
+    @property
+    def position(self) -> torch.Tensor:
+        r, t = self.viewmat[:3, :3], self.viewmat[:3, 3]
+        return -(r.T @ t)
+
+
+class SplatScene:
+    def __init__(self, scene: GaussianScene, device: str | torch.device = "cpu"):
+        dev = torch.device(device)
+        self.device = dev
+        self.means = torch.as_tensor(scene.means, device=dev)
+        self.cov3 = covariance3d(torch.as_tensor(scene.log_scales, device=dev),
+                                 torch.as_tensor(scene.quats, device=dev))
+        self.opacity = torch.sigmoid(torch.as_tensor(scene.opacity_logits, device=dev))
+        self.sh = torch.as_tensor(scene.sh, device=dev)
+
+    @property
+    def num(self) -> int:
+        return self.means.shape[0]
+
+
+def render(scene: SplatScene, cameras: list[Camera], bg=(0.0, 0.0, 0.0), near: float = 0.01, far: float = 1e10,
+           min_opacity: float = 0.005, kernel: str = "auto") -> dict[str, torch.Tensor]:
+    """``rgb [C, H, W, 3]``, ``depth [C, H, W]`` (alpha-weighted), ``alpha [C, H, W]`` for C cameras of one size."""
+    if not cameras:
+        raise UserError("render needs at least one camera")
+    w, h = cameras[0].width, cameras[0].height
+    if any((c.width, c.height) != (w, h) for c in cameras):
+        raise UserError("all cameras of one render call must have the same image size")
+    if kernel not in ("auto", "numba", "torch"):
+        raise UserError(f"splat kernel must be auto, numba or torch, got {kernel!r}")
+    use_numba = kernel == "numba" or (kernel == "auto" and scene.device.type == "cpu")
+    if use_numba and scene.device.type != "cpu":
+        raise UserError("the numba splat kernel runs on CPU tensors; use kernel=torch on CUDA")
+    if use_numba:
+        from embodied.kernels.splat_numba import composite
+    else:
+        composite = raster_reference.composite
+    keep = scene.opacity >= min_opacity
+    outs = []
+    for cam in cameras:
+        view = cam.viewmat.to(scene.device, scene.means.dtype)
+        p = project(scene.means, scene.cov3, view, cam.fx, cam.fy, cam.cx, cam.cy, w, h, near, far)
+        rgb = sh_to_rgb(scene.sh, scene.means, cam.position.to(scene.device, scene.means.dtype))
+        outs.append(composite(p["means2d"], p["conic"], scene.opacity, rgb, p["depth"], p["radius"],
+                              p["valid"] & keep, w, h, bg))
+    return {name: torch.stack([o[i].to(scene.device, torch.float32) for o in outs])
+            for i, name in enumerate(("rgb", "depth", "alpha"))}
