@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from embodied.config import load_config
@@ -26,3 +27,28 @@ def rpm_bundle(tmp_path_factory):
 def rates_bundle(tmp_path_factory):
     """quadrotor-hover-rates (collective thrust + body rates), ONNX and C."""
     return debug_bundle(tmp_path_factory.mktemp("rates"), "quadrotor-hover-rates")
+
+
+@pytest.fixture
+def plant_state():
+    """The state a SITL vehicle's plant is in, as the policy's robot terms (read under the vehicle's lock)."""
+    from embodied.hardware.frames import quat_to_rotmat
+
+    def read(vehicle) -> np.ndarray:
+        with vehicle.lock:
+            sim = vehicle.env.sim
+            return np.concatenate([sim.pos_w[0].numpy(), quat_to_rotmat(sim.quat_wb[0].numpy()).reshape(-1),
+                                   sim.lin_vel_w[0].numpy(), sim.ang_vel_b[0].numpy()])
+
+    return read
+
+
+@pytest.fixture
+def lagged_error():
+    """Per reading, the distance to the nearest of the plant's last ``lag`` states (telemetry lags a period or more on
+    a loaded machine)."""
+
+    def error(seen: list[np.ndarray], truths: list[np.ndarray], lag: int = 5) -> list[float]:
+        return [min(float(np.abs(s - t).max()) for t in truths[max(0, k - lag):k + 1]) for k, s in enumerate(seen)]
+
+    return error

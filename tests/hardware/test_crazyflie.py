@@ -15,7 +15,6 @@ import pytest
 
 from embodied.core.errors import UserError
 from embodied.hardware import load_bundle
-from embodied.hardware.frames import quat_to_rotmat
 from embodied.hardware.loop import ControlLoop, LoopConfig
 from embodied.hardware.robot import make_robot
 from embodied.hardware.sitl.crazyflie import CrazyflieVehicle
@@ -23,7 +22,7 @@ from embodied.hardware.sitl.crazyflie import CrazyflieVehicle
 FUZZ_DATAGRAMS = 10_000
 
 
-def test_flight_through_cflib(rates_bundle):
+def test_flight_through_cflib(rates_bundle, plant_state, lagged_error):
     runner = load_bundle(rates_bundle)
     with CrazyflieVehicle(0, seed=2) as v, make_robot(f"crazyflie://udp://127.0.0.1:{v.port}") as robot:
         seen = []
@@ -33,10 +32,7 @@ def test_flight_through_cflib(rates_bundle):
                 runner.reset()
 
             def act(self, s):
-                with v.lock:
-                    sim = v.env.sim
-                    truth = np.concatenate([sim.pos_w[0].numpy(), quat_to_rotmat(sim.quat_wb[0].numpy()).reshape(-1),
-                                            sim.lin_vel_w[0].numpy(), sim.ang_vel_b[0].numpy()])
+                truth = plant_state(v)
                 a = runner.act(s)
                 seen.append((s.copy(), truth, a.copy(), v.setpoint.copy()))
                 return a
@@ -49,8 +45,7 @@ def test_flight_through_cflib(rates_bundle):
     assert summary["outcome"] == "completed" and summary["ticks"] >= 90
     # the log blocks carry the plant's state: each reading is one of the plant's recent states (telemetry lags
     # a period or more on a loaded machine)
-    truths = [t for _, t, _, _ in seen]
-    err = [min(np.abs(s - t).max() for t in truths[max(0, k - 5):k + 1]) for k, (s, _, _, _) in enumerate(seen)]
+    err = lagged_error([s for s, _, _, _ in seen], [t for _, t, _, _ in seen])
     assert np.median(err[5:]) < 0.02
     # the set-point the vehicle decoded on tick k is the action of tick k - 1 (thrust percent: 16-bit steps)
     sent = np.array([a for _, _, a, _ in seen[:-1]])

@@ -95,7 +95,7 @@ def test_vehicle_enforces_px4_offboard_rules():
 
 
 # ---- the driver --------------------------------------------------------------------------------------------
-def test_flight_over_mavlink_reads_the_plant_and_lands(rates_bundle):
+def test_flight_over_mavlink_reads_the_plant_and_lands(rates_bundle, plant_state, lagged_error):
     port = free_port()
     runner = load_bundle(rates_bundle)
     with MavlinkVehicle(port, seed=4) as v, make_robot(f"mavlink://udp:127.0.0.1:{port}") as robot:
@@ -106,11 +106,7 @@ def test_flight_over_mavlink_reads_the_plant_and_lands(rates_bundle):
                 runner.reset()
 
             def act(self, s):
-                with v.lock:
-                    sim = v.env.sim
-                    truth = np.concatenate([sim.pos_w[0].numpy(), quat_to_rotmat(sim.quat_wb[0].numpy()).reshape(-1),
-                                            sim.lin_vel_w[0].numpy(), sim.ang_vel_b[0].numpy()])
-                states.append((s.copy(), truth))
+                states.append((s.copy(), plant_state(v)))
                 return runner.act(s)
 
         summary = ControlLoop(robot, Spy(), LoopConfig(100.0, duration_s=1.0, status=False)).run()
@@ -118,8 +114,7 @@ def test_flight_over_mavlink_reads_the_plant_and_lands(rates_bundle):
     assert summary["outcome"] == "completed" and summary["ticks"] >= 90
     assert [t["dst"] for t in summary["transitions"]][-2:] == ["landing", "disarmed"]
     # the state the policy saw is one of the plant's recent states (telemetry lags a period or more under load)
-    truths = [t for _, t in states]
-    err = [min(np.abs(s - t).max() for t in truths[max(0, k - 5):k + 1]) for k, (s, _) in enumerate(states)]
+    err = lagged_error([s for s, _ in states], [t for _, t in states])
     assert np.median(err[5:]) < 0.02
 
 
