@@ -20,7 +20,7 @@ import numpy as np
 
 from embodied.core.errors import UserError
 from embodied.core.layout import Layout
-from embodied.core.registry import ROBOTS
+from embodied.core.registry import ROBOTS, TASKS
 
 
 @dataclass
@@ -144,16 +144,30 @@ def make_robot(uri: str) -> Robot:
     return ROBOTS.get(scheme)(uri)
 
 
-def float_params(query: dict[str, str], allowed: set[str], uri: str) -> dict[str, float]:
-    out = {}
-    for k, v in query.items():
-        if k not in allowed:
-            raise UserError(f"unknown parameter {k!r} in {uri}; known: {', '.join(sorted(allowed))}")
-        try:
-            out[k] = float(v)
-        except ValueError:
-            raise UserError(f"parameter {k}={v!r} in {uri} is not a number") from None
-    return out
+def vehicle_options(query: dict[str, str], uri: str, timeout: float) -> tuple[str, np.ndarray, float]:
+    """The options of a flight-controller URI (MAVLink, Crazyflie): ``task`` whose layout it is flown with (default
+    ``quadrotor-hover-rates``), ``origin=x,y,z`` (the set-point in the vehicle's frame [m]) and ``timeout`` [s] of
+    the connection; any other parameter is a ``UserError``."""
+    query = dict(query)
+    task = query.pop("task", "quadrotor-hover-rates")
+    try:
+        origin = np.array([float(v) for v in query.pop("origin", "0,0,0").split(",")])
+        timeout = float(query.pop("timeout", str(timeout)))
+    except ValueError:
+        raise UserError(f"{uri}: origin must be x,y,z and timeout a number") from None
+    if origin.shape != (3,):
+        raise UserError(f"{uri}: origin must be x,y,z")
+    if query:
+        raise UserError(f"unknown parameter(s) {', '.join(query)} in {uri}; known: task, origin, timeout")
+    return task, origin, timeout
+
+
+def task_layout(task: str) -> Layout:
+    """A registered task's layout (its default config), what a vehicle driver flies with."""
+    import embodied.tasks  # noqa: F401
+
+    spec = TASKS.get(task)
+    return spec.make(spec.config_cls(), num_envs=1, device="cpu", seed=0).layout()
 
 
 def monotonic() -> float:

@@ -22,9 +22,8 @@ import numpy as np
 
 from embodied.core.errors import UserError
 from embodied.core.registry import ROBOTS
-from embodied.hardware.drivers.mavlink import task_layout
 from embodied.hardware.frames import quat_to_rotmat
-from embodied.hardware.robot import Robot, RobotError, RobotState, monotonic
+from embodied.hardware.robot import Robot, RobotError, RobotState, monotonic, parse_uri, task_layout, vehicle_options
 
 BLOCKS = (("pos_vel", [f"stateEstimate.{n}" for n in ("x", "y", "z", "vx", "vy", "vz")]),
           ("quat", [f"stateEstimate.{n}" for n in ("qw", "qx", "qy", "qz")]),
@@ -39,20 +38,11 @@ class CrazyflieRobot(Robot):
 
     def __init__(self, uri: str):
         super().__init__(uri)
-        rest = uri.split("://", 1)[1]
-        link, _, query = rest.partition("?")
+        _, link, query = parse_uri(uri)
         if link.split("://")[0] not in ("udp", "radio", "usb", "tcp"):
             raise UserError(f"{uri}: expected crazyflie://udp://HOST:PORT or crazyflie://radio://...")
         self.link = link
-        opts = dict(kv.split("=", 1) for kv in query.split("&") if "=" in kv)
-        self.task = opts.pop("task", "quadrotor-hover-rates")
-        try:
-            self.timeout = float(opts.pop("timeout", "5"))
-            self.origin = np.array([float(v) for v in opts.pop("origin", "0,0,0").split(",")])
-        except ValueError:
-            raise UserError(f"{uri}: timeout must be a number and origin x,y,z") from None
-        if opts:
-            raise UserError(f"unknown parameter(s) {', '.join(opts)} in {uri}; known: task, origin, timeout")
+        self.task, self.origin, self.timeout = vehicle_options(query, uri, timeout=5.0)
         self.scf = None
         self.seq = 0
         self._latest: dict[str, tuple[int, list[float]]] = {}

@@ -14,17 +14,11 @@ import time
 import numpy as np
 
 from embodied.core.errors import UserError
-from embodied.core.registry import ROBOTS, TASKS
+from embodied.core.registry import ROBOTS
 from embodied.hardware.frames import T, ned_to_ours
-from embodied.hardware.robot import Robot, RobotError, RobotState, monotonic, parse_uri
+from embodied.hardware.robot import Robot, RobotError, RobotState, monotonic, parse_uri, task_layout, vehicle_options
 
 PX4_OFFBOARD = 6
-
-
-def task_layout(task: str):
-    import embodied.tasks  # noqa: F401
-
-    return TASKS.get(task).make(TASKS.get(task).config_cls(), num_envs=1, device="cpu", seed=0).layout()
 
 
 class MavlinkRobot(Robot):
@@ -41,14 +35,7 @@ class MavlinkRobot(Robot):
         self.port = int(port)
         if not 1 <= self.port <= 65535:
             raise UserError(f"{uri}: port {self.port} is out of range (1-65535)")
-        self.task = query.pop("task", "quadrotor-hover-rates")
-        try:
-            self.origin = np.array([float(v) for v in query.pop("origin", "0,0,0").split(",")])
-            self.connect_timeout = float(query.pop("timeout", "2"))
-        except ValueError:
-            raise UserError(f"{uri}: origin must be x,y,z and timeout a number") from None
-        if query:
-            raise UserError(f"unknown parameter(s) {', '.join(query)} in {uri}; known: task, origin, timeout")
+        self.task, self.origin, self.connect_timeout = vehicle_options(query, uri, timeout=2.0)
         self.conn = None
         self.seq = 0
         self._att = self._pos = None

@@ -49,9 +49,10 @@ class SimRobot(Robot):
         if not task:
             raise UserError(f"{uri}: name the task, e.g. sim://quadrotor-hover")
         self.task = task
-        self.seed = int(query.pop("seed", "0")) if query.get("seed", "0").lstrip("-").isdigit() else None
-        if self.seed is None:
-            raise UserError(f"{uri}: seed must be an integer")
+        try:
+            self.seed = int(query.pop("seed", "0"))
+        except ValueError:
+            raise UserError(f"{uri}: seed must be an integer") from None
         self.device = query.pop("device", "cpu")
         faults = {}
         for k in ("dropout_at", "dropout_ticks", "nan_at"):
