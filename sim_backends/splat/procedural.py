@@ -27,7 +27,11 @@ class RoadSceneConfig:
     lane_width: float = 3.5  # [m]
     lanes: int = 2
     max_curvature: float = 0.03  # [1/m] peak of the sinusoidal curvature profile
-    spacing: float = 0.35  # [m] between road-surface Gaussians
+    spacing: float = 0.2  # [m] between road-surface Gaussians
+    verge_spacing: float = 0.35  # [m] between grass Gaussians beyond the kerbs
+    car_step: float = 0.15  # [m] between Gaussians on a car's surface
+    building_step: float = 0.35  # [m] between Gaussians on a building's surface
+    crown_points: int = 150  # Gaussians per tree crown
     parked_cars: tuple[int, int] = (1, 4)  # per scene, inclusive
     buildings: tuple[int, int] = (4, 10)
     trees: tuple[int, int] = (6, 14)
@@ -162,29 +166,32 @@ def generate(index: int, cfg: RoadSceneConfig | None = None) -> tuple[GaussianSc
     for side in (-1.0, 1.0):  # kerbs and the verge beyond them
         px, py, h = at(along, np.full_like(along, side * (half + 0.15)))
         b.add(np.stack([px, py, np.full_like(px, 0.08)], 1), (0.2, 0.1, 0.08), (0.7, 0.7, 0.68), 0.95, h)
-        for off in np.arange(half + 0.6, half + 6.0, 0.7):
-            px, py, h = at(along[::2], np.full(len(along[::2]), side * off))
-            b.add(np.stack([px, py, np.zeros_like(px)], 1), (0.45, 0.45, 0.01), (0.25, 0.45, 0.2), 0.9, h)  # grass
+        verge = np.arange(0, len(xs) - 1 + 1e-9, cfg.verge_spacing / 0.5)
+        for off in np.arange(half + 0.5, half + 6.0, cfg.verge_spacing):
+            px, py, h = at(verge, np.full(len(verge), side * off))
+            b.add(np.stack([px, py, np.zeros_like(px)], 1), (0.6 * cfg.verge_spacing,) * 2 + (0.01,), (0.25, 0.45, 0.2),
+                  0.9, h)  # grass
     obstacles = []
     for _ in range(rng.integers(cfg.parked_cars[0], cfg.parked_cars[1] + 1)):  # parked cars in the outer half-lanes
         i = rng.uniform(20, len(xs) - 10)
         side = rng.choice([-1.0, 1.0])
         px, py, h = at(np.array([i]), np.array([side * (half - 0.9)]))
         center, size = [float(px[0]), float(py[0]), 0.0], [4.2, 1.8, 1.5]
-        b.box(center, size, float(h[0]), rng.uniform(0.1, 0.9, 3))
+        b.box(center, size, float(h[0]), rng.uniform(0.1, 0.9, 3), cfg.car_step)
         obstacles.append({"center": center, "size": size, "yaw": float(h[0]), "kind": "parked_car"})
     for _ in range(rng.integers(cfg.buildings[0], cfg.buildings[1] + 1)):
         i, side = rng.uniform(0, len(xs) - 1), rng.choice([-1.0, 1.0])
         size = [rng.uniform(6, 14), rng.uniform(5, 10), rng.uniform(4, 12)]
         px, py, h = at(np.array([i]), np.array([side * (half + 7.0 + size[1] / 2)]))
-        b.box([float(px[0]), float(py[0]), 0.0], size, float(h[0]), rng.uniform(0.4, 0.8, 3) * [1.0, 0.9, 0.8], 0.6)
+        b.box([float(px[0]), float(py[0]), 0.0], size, float(h[0]), rng.uniform(0.4, 0.8, 3) * [1.0, 0.9, 0.8],
+              cfg.building_step)
     for _ in range(rng.integers(cfg.trees[0], cfg.trees[1] + 1)):
         i, side = rng.uniform(0, len(xs) - 1), rng.choice([-1.0, 1.0])
         px, py, _ = at(np.array([i]), np.array([side * (half + rng.uniform(2.0, 5.5))]))
         trunk = np.stack([np.full(6, px[0]), np.full(6, py[0]), np.linspace(0.2, 2.2, 6)], 1)
         b.add(trunk, (0.12, 0.12, 0.25), (0.35, 0.25, 0.15), 0.95)
-        crown = np.array([px[0], py[0], 3.2]) + rng.normal(0, 0.7, (40, 3))
-        b.add(crown, (0.45, 0.45, 0.45), (0.15, 0.4, 0.15), 0.8)
+        crown = np.array([px[0], py[0], 3.2]) + rng.normal(0, 0.7, (cfg.crown_points, 3))
+        b.add(crown, (0.3, 0.3, 0.3), (0.15, 0.4, 0.15), 0.8)
     route = Route(centerline=line[:, :2].round(4).tolist(), lane_width=cfg.lane_width, lanes=cfg.lanes,
                   obstacles=obstacles, seed=index, split=split_of(index))
     return b.scene(), route

@@ -1,8 +1,9 @@
-"""Plain-torch reference of tile-binned, depth-sorted alpha compositing (reference subsystems.md 1.4; the INRIA
-``renderCUDA`` loop), slow and exact, for testing the kernel (``kernels/splat_numba.py``) against.
+"""Plain-torch reference of depth-sorted alpha compositing (reference subsystems.md 1.4; the INRIA ``renderCUDA``
+loop), slow and exact, for testing the kernel (``kernels/splat_numba.py``) against.
 
-Per pixel, front to back over the Gaussians whose 16x16-tile rectangle ``[floor((u - r) / 16), ceil((u + r) / 16))``
-holds the pixel's tile:
+Per pixel, front to back over the Gaussians whose box ``|u - x| <= r_x, |v - y| <= r_y`` holds the pixel centre
+(x, y) (the kernel bins Gaussians into tiles by the same box, so tiles only speed it up and the tile size changes
+nothing; INRIA instead draws a Gaussian on every pixel of the 16x16 tiles its 3-sigma-max square touches):
     power = -0.5 (A dx^2 + C dy^2) - B dx dy            (conic (A, B, C), d = mean2d - pixel centre)
     skip if power > 0;  alpha = min(0.99, o exp(power));  skip if alpha < 1/255
     stop if T (1 - alpha) < 1e-4;  C += rgb alpha T;  D += z alpha T;  T *= 1 - alpha
@@ -13,21 +14,9 @@ from __future__ import annotations
 
 import torch
 
-TILE = 16
 ALPHA_MIN = 1.0 / 255.0
 ALPHA_MAX = 0.99
 T_MIN = 1e-4
-
-
-def tile_rects(means2d: torch.Tensor, radius: torch.Tensor, width: int, height: int) -> torch.Tensor:
-    """``[N, 4]`` (tx0, ty0, tx1, ty1) tile ranges each Gaussian touches, clamped to the grid (empty if x1 <= x0)."""
-    tw, th = (width + TILE - 1) // TILE, (height + TILE - 1) // TILE
-    r = radius.to(means2d.dtype)
-    x0 = torch.floor((means2d[:, 0] - r) / TILE).clamp(0, tw)
-    y0 = torch.floor((means2d[:, 1] - r) / TILE).clamp(0, th)
-    x1 = torch.ceil((means2d[:, 0] + r) / TILE).clamp(0, tw)
-    y1 = torch.ceil((means2d[:, 1] + r) / TILE).clamp(0, th)
-    return torch.stack([x0, y0, x1, y1], -1).long()
 
 
 def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, height: int, bg=(0.0, 0.0, 0.0)):
@@ -37,13 +26,11 @@ def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, he
     order = torch.argsort(torch.where(valid, depth, torch.full_like(depth, float("inf"))), stable=True)
     order = order[valid[order]]
     m, q, o, c, z = means2d[order], conic[order], opacity[order], rgb[order], depth[order]
-    rect = tile_rects(m, radius[order], width, height)
+    r = radius[order].to(dt)
     ys, xs = torch.meshgrid(torch.arange(height, dtype=dt), torch.arange(width, dtype=dt), indexing="ij")
     px, py = xs.reshape(-1) + 0.5, ys.reshape(-1) + 0.5  # [P]
-    tx, ty = (xs.reshape(-1) // TILE).long(), (ys.reshape(-1) // TILE).long()
-    inside = ((tx[:, None] >= rect[None, :, 0]) & (tx[:, None] < rect[None, :, 2])
-              & (ty[:, None] >= rect[None, :, 1]) & (ty[:, None] < rect[None, :, 3]))  # [P, N]
     dx, dy = m[None, :, 0] - px[:, None], m[None, :, 1] - py[:, None]
+    inside = (dx.abs() <= r[None, :, 0]) & (dy.abs() <= r[None, :, 1])  # [P, N]
     power = -0.5 * (q[None, :, 0] * dx * dx + q[None, :, 2] * dy * dy) - q[None, :, 1] * dx * dy
     alpha = torch.clamp(o[None, :] * torch.exp(power), max=ALPHA_MAX)
     use = inside & (power <= 0) & (alpha >= ALPHA_MIN)

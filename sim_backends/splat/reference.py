@@ -65,11 +65,14 @@ def project(means: torch.Tensor, cov3: torch.Tensor, viewmat: torch.Tensor, fx: 
         t = W mu + T;  t_x, t_y clamped to +-1.3 tan(fov/2) t_z for the Jacobian only
         J = [[fx / t_z, 0, -fx t_x / t_z^2], [0, fy / t_z, -fy t_y / t_z^2]]
         Sigma2 = J W_R Sigma3 W_R^T J^T + 0.3 I;  conic = Sigma2^-1 as (a, b, c) of [[a, b], [b, c]]
-        radius = ceil(3 sqrt(lambda_max)),  lambda_max = mid + sqrt(max(0.1, mid^2 - det))
+        radius = (3 sqrt(Sigma2_xx), 3 sqrt(Sigma2_yy))   per axis, in pixels (gsplat >= 1.5 has per-axis
+                 radii too; INRIA uses one integer radius ceil(3 sqrt(lambda_max)) for both axes, a square much
+                 too large for the flat road Gaussians a driving camera sees edge-on)
         mean2d = (fx t_x / t_z + cx, fy t_y / t_z + cy)
 
-    Returns ``means2d [N, 2]``, ``conic [N, 3]``, ``radius [N]`` (int), ``depth [N]`` (t_z), ``valid [N]`` (in
-    front, det > 0, on screen)."""
+    A Gaussian contributes to the pixels whose centres lie in its box ``|u - x| <= r_x, |v - y| <= r_y``: it holds
+    the whole 3-sigma ellipse. Returns ``means2d [N, 2]``, ``conic [N, 3]``, ``radius [N, 2]``, ``depth [N]``
+    (t_z), ``valid [N]`` (in front, within ``[near, far]``, det > 0, box on screen)."""
     rot, trans = viewmat[:3, :3], viewmat[:3, 3]
     t = means @ rot.T + trans
     tz = t[:, 2]
@@ -87,14 +90,13 @@ def project(means: torch.Tensor, cov3: torch.Tensor, viewmat: torch.Tensor, fx: 
     det = a * c - b * b
     safe_det = torch.where(det > 0, det, torch.ones_like(det))
     conic = torch.stack([c / safe_det, -b / safe_det, a / safe_det], -1)
-    mid = 0.5 * (a + c)
-    lam = mid + torch.sqrt((mid * mid - det).clamp_min(0.1))
-    radius = torch.ceil(3.0 * torch.sqrt(lam))
+    rx, ry = 3.0 * torch.sqrt(a.clamp_min(0)), 3.0 * torch.sqrt(c.clamp_min(0))
     u = fx * t[:, 0] / safe_z + cx
     v = fy * t[:, 1] / safe_z + cy
     valid = (tz > near) & (tz < far) & (det > 0)
-    valid &= (u + radius > 0) & (u - radius < width) & (v + radius > 0) & (v - radius < height)
-    return {"means2d": torch.stack([u, v], -1), "conic": conic, "radius": radius.long(), "depth": tz,
+    valid &= (u + rx > 0) & (u - rx < width) & (v + ry > 0) & (v - ry < height)
+    radius = torch.stack([rx, ry], -1)
+    return {"means2d": torch.stack([u, v], -1), "conic": conic, "radius": radius, "depth": tz,
             "valid": valid}
 
 

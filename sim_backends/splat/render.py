@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from embodied.core.errors import UserError
@@ -34,14 +35,30 @@ class Camera:
 
 
 class SplatScene:
+    """The Gaussians are kept grouped in 4 m x 4 m columns of the xy plane (``chunk_scene``), so the kernel culls
+    whole chunks; both kernels see them in that order, which breaks ties in depth."""
+
     def __init__(self, scene: GaussianScene, device: str | torch.device = "cpu"):
+        from embodied.kernels.splat_numba import chunk_scene
+
         dev = torch.device(device)
         self.device = dev
-        self.means = torch.as_tensor(scene.means, device=dev)
-        self.cov3 = covariance3d(torch.as_tensor(scene.log_scales, device=dev),
-                                 torch.as_tensor(scene.quats, device=dev))
-        self.opacity = torch.sigmoid(torch.as_tensor(scene.opacity_logits, device=dev))
-        self.sh = torch.as_tensor(scene.sh, device=dev)
+        order, self.chunk_off, self.chunk_sphere = chunk_scene(scene.means, np.exp(scene.log_scales))
+        self.means = torch.as_tensor(scene.means[order], device=dev)
+        self.cov3 = covariance3d(torch.as_tensor(scene.log_scales[order], device=dev),
+                                 torch.as_tensor(scene.quats[order], device=dev))
+        self.opacity = torch.sigmoid(torch.as_tensor(scene.opacity_logits[order], device=dev))
+        self.sh = torch.as_tensor(scene.sh[order], device=dev)
+        self._numba = None  # the kernel's float32 numpy copies, made on first use
+
+    def numba_arrays(self):
+        if self._numba is None:
+            from embodied.kernels.splat_numba import cov_upper
+
+            f32 = lambda t: np.ascontiguousarray(t.detach().cpu().numpy(), np.float32)  # noqa: E731
+            self._numba = (f32(self.means), cov_upper(self.cov3), f32(self.opacity), f32(self.sh), self.chunk_off,
+                           self.chunk_sphere)
+        return self._numba
 
     @property
     def num(self) -> int:
@@ -62,9 +79,13 @@ def render(scene: SplatScene, cameras: list[Camera], bg=(0.0, 0.0, 0.0), near: f
     if use_numba and scene.device.type != "cpu":
         raise UserError("the numba splat kernel runs on CPU tensors; use kernel=torch on CUDA")
     if use_numba:
-        from embodied.kernels.splat_numba import composite
-    else:
-        composite = raster_reference.composite
+        from embodied.kernels.splat_numba import render_cameras
+
+        views = torch.stack([c.viewmat.float() for c in cameras]).cpu().numpy()
+        intr = np.array([[c.fx, c.fy, c.cx, c.cy] for c in cameras], np.float32)
+        rgb, depth, alpha, _ = render_cameras(*scene.numba_arrays(), views, intr, w, h, near, far, min_opacity, bg)
+        return {"rgb": torch.from_numpy(rgb), "depth": torch.from_numpy(depth), "alpha": torch.from_numpy(alpha)}
+    composite = raster_reference.composite
     keep = scene.opacity >= min_opacity
     outs = []
     for cam in cameras:

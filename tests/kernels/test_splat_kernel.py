@@ -44,16 +44,16 @@ def test_single_gaussian_exact():
     o, sigma_px = 0.8, 2.0
     a = 1.0 / (sigma_px ** 2)  # conic of an isotropic screen-space Gaussian
     args = (torch.tensor([[16.5, 10.5]]), torch.tensor([[a, 0.0, a]]), torch.tensor([o]),
-            torch.tensor([[1.0, 0.5, 0.25]]), torch.tensor([3.0]), torch.tensor([7]), torch.tensor([True]))
+            torch.tensor([[1.0, 0.5, 0.25]]), torch.tensor([3.0]), torch.tensor([[6.0, 6.0]]), torch.tensor([True]))
     for composite in (composite_reference, composite_numba):
         rgb, depth, alpha = composite(*args, w, h)
         assert float(alpha[10, 16]) == pytest.approx(o, rel=1e-6)  # the pixel centred on the mean
         assert rgb[10, 16].tolist() == pytest.approx([o, 0.5 * o, 0.25 * o], rel=1e-6)
         assert float(depth[10, 16]) == pytest.approx(3.0 * o, rel=1e-6)
         assert float(alpha[10, 17]) == pytest.approx(o * math.exp(-0.5 * a), rel=1e-6)  # one pixel right
-        # radius 7 px: tiles floor(9.5 / 16) = 0 .. ceil(23.5 / 16) = 2 (exclusive): pixels 0-31 are inside; the
-        # Gaussian's own value decides there (4 sigma out at pixel 24: 0.8 exp(-8) = 2.7e-4 < 1/255)
-        assert float(alpha[10, 24]) == 0.0
+        # 3 sigma out (pixel 22.5, on the edge of the 6 px box) it is drawn; outside the box (dx = 7) it is not
+        assert float(alpha[10, 22]) == pytest.approx(o * math.exp(-0.5 * a * 36), rel=1e-5)
+        assert float(alpha[10, 23]) == 0.0 and float(alpha[3, 16]) == 0.0
 
 
 def test_opaque_front_gaussian_stops_the_pixel():
@@ -63,8 +63,42 @@ def test_opaque_front_gaussian_stops_the_pixel():
     big = 1e-6
     args = (torch.tensor([[8.5, 8.5]] * 3), torch.tensor([[big, 0.0, big]] * 3), torch.tensor([1.0, 0.5, 1.0]),
             torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), torch.tensor([1.0, 2.0, 3.0]),
-            torch.tensor([5, 5, 5]), torch.tensor([True, True, True]))
+            torch.tensor([[5.0, 5.0]] * 3), torch.tensor([True, True, True]))
     for composite in (composite_reference, composite_numba):
         rgb, _, alpha = composite(*args, w, h)
         np.testing.assert_allclose(rgb[8, 8].double().numpy(), [0.99, 0.005, 0.0], rtol=1e-5, atol=1e-7)
         assert float(alpha[8, 8]) == pytest.approx(1 - 0.005, rel=1e-6)
+
+
+def test_radix_argsort_is_a_stable_argsort():
+    from embodied.kernels.splat_numba import radix_argsort
+
+    rng = np.random.default_rng(0)
+    keys = np.concatenate([rng.uniform(0, 80, 5000), rng.choice([1.0, 2.5, 3e-3], 3000), [0.0, 1e30, 1e-30]])
+    keys = rng.permutation(keys).astype(np.float32)
+    np.testing.assert_array_equal(radix_argsort(keys), np.argsort(keys, kind="stable"))
+
+
+def test_chunk_culling_keeps_everything_a_camera_can_see():
+    """Rendering with the scene cut into 4 m chunks equals rendering it as one chunk (nothing visible culled)."""
+    from embodied.kernels.splat_numba import chunk_scene, cov_upper, render_cameras
+
+    g = torch.Generator().manual_seed(5)
+    n = 3000
+    means = (torch.rand(n, 3, generator=g) * torch.tensor([40.0, 40.0, 4.0]) - torch.tensor([20.0, 20.0, 0.0]))
+    scales = torch.rand(n, 3, generator=g) * 0.3 + 0.02
+    order, off, sph = chunk_scene(means.numpy(), scales.numpy())
+    means, scales = means[order], scales[order]
+    cov6 = cov_upper(covariance3d(scales.log(), torch.tensor([[1.0, 0.0, 0.0, 0.0]]).expand(n, 4)))
+    op = torch.sigmoid(torch.randn(n, generator=g)).numpy()
+    sh = (torch.rand(n, 1, 3, generator=g) - 0.5).numpy()
+    views = torch.stack([look_at((0.0, 0.0, 1.5), (math.cos(a), math.sin(a), 1.4)) for a in np.linspace(0, 6, 8)])
+    f = 0.5 * 56 / math.tan(math.radians(45))
+    intr = np.array([[f, f, 28.0, 16.0]] * 8, np.float32)
+    args = (means.numpy(), cov6, op, sh)
+    one = (np.array([0, n], np.int64), np.array([[0.0, 0.0, 0.0, 1e6]], np.float32))
+    culled = render_cameras(*args, off, sph, views.numpy(), intr, 56, 32, 0.01, 15.0, 0.005)
+    whole = render_cameras(*args, *one, views.numpy(), intr, 56, 32, 0.01, 15.0, 0.005)
+    assert len(off) > 50
+    for a, b in zip(culled, whole):
+        np.testing.assert_array_equal(a, b)
