@@ -6,5 +6,6 @@ importing this package imports every backend subpackage, so a registered name is
 
 from embodied.sim_backends import (
     mujoco_cpu,  # noqa: F401, E402  (registers "mujoco_cpu")
+    splat,  # noqa: F401  (registers "splat")
     torch_vec,  # noqa: F401  (registers "torch_vec")
 )

@@ -14,6 +14,13 @@ from dataclasses import asdict, dataclass, field
 
 from embodied.core.errors import UserError
 
+
+def np_prod(shape) -> int:
+    out = 1
+    for v in shape:
+        out *= int(v)
+    return out
+
 SOURCES = ("robot", "history")
 
 
@@ -29,8 +36,12 @@ class Term:
     source: str = "robot"  # robot | history
     history_len: int = 0  # history terms: how many past actions (size = history_len * action size)
     history_init: float = 0.0  # history terms: the value of every slot after a reset
+    shape: tuple[int, ...] = ()  # image terms: (channels, height, width), size = their product, channel-major
 
     def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
+        if self.shape and (len(self.shape) != 3 or int(np_prod(self.shape)) != self.size):
+            raise ValueError(f"term {self.name!r}: image shape {self.shape} must be (C, H, W) with C*H*W = size")
         if self.size < 1:
             raise ValueError(f"term {self.name!r}: size must be >= 1, got {self.size}")
         if self.source not in SOURCES:
@@ -84,6 +95,10 @@ class Layout:
             out[t.name] = slice(start, start + t.size)
             start += t.size
         return out
+
+    def images(self, group: str = "policy") -> list[tuple[slice, tuple[int, int, int]]]:
+        """Where the group's image terms lie and their (C, H, W): what picks a CNN encoder for a policy."""
+        return [(self.slices(group)[t.name], t.shape) for t in self.terms(group) if t.shape]
 
     def robot_terms(self, group: str = "policy") -> tuple[Term, ...]:
         """The terms a robot reports (in order); the rest the deploy runner builds."""

@@ -56,6 +56,9 @@ class TaskSpec:
     # evaluation does not depend on how many evaluations came before); None: the same config
     eval_config: Callable[[Any], Any] | None = None
     tags: tuple[str, ...] = field(default=())
+    # config overrides the conformance sweep's long seeding rollouts use for a task whose step is costly (a
+    # rendered task: shorter episodes, so the rollouts still cross an autoreset in seconds)
+    sweep_overrides: dict = field(default_factory=dict)
 
 
 class TaskRegistry(Registry[TaskSpec]):

@@ -23,7 +23,7 @@ HELD_OUT_EVERY = 5  # every 5th scene index is a held-out test scene
 
 @dataclass
 class RoadSceneConfig:
-    length: float = 60.0  # [m] along the centreline
+    length: float = 100.0  # [m] along the centreline
     lane_width: float = 3.5  # [m]
     lanes: int = 2
     max_curvature: float = 0.03  # [1/m] peak of the sinusoidal curvature profile
@@ -32,7 +32,8 @@ class RoadSceneConfig:
     car_step: float = 0.15  # [m] between Gaussians on a car's surface
     building_step: float = 0.35  # [m] between Gaussians on a building's surface
     crown_points: int = 150  # Gaussians per tree crown
-    parked_cars: tuple[int, int] = (1, 4)  # per scene, inclusive
+    parked_cars: tuple[int, int] = (1, 4)  # per scene, inclusive, at the kerbs (outside a car on the centreline)
+    blocking_cars: tuple[int, int] = (0, 0)  # per scene: cars standing across the centreline, to drive around
     buildings: tuple[int, int] = (4, 10)
     trees: tuple[int, int] = (6, 14)
 
@@ -175,10 +176,17 @@ def generate(index: int, cfg: RoadSceneConfig | None = None) -> tuple[GaussianSc
     for _ in range(rng.integers(cfg.parked_cars[0], cfg.parked_cars[1] + 1)):  # parked cars in the outer half-lanes
         i = rng.uniform(20, len(xs) - 10)
         side = rng.choice([-1.0, 1.0])
-        px, py, h = at(np.array([i]), np.array([side * (half - 0.9)]))
+        px, py, h = at(np.array([i]), np.array([side * (half - 0.6)]))
         center, size = [float(px[0]), float(py[0]), 0.0], [4.2, 1.8, 1.5]
         b.box(center, size, float(h[0]), rng.uniform(0.1, 0.9, 3), cfg.car_step)
         obstacles.append({"center": center, "size": size, "yaw": float(h[0]), "kind": "parked_car"})
+    spots = np.sort(rng.uniform(30, len(xs) - 30, rng.integers(cfg.blocking_cars[0], cfg.blocking_cars[1] + 1)))
+    kept = [i for j, i in enumerate(spots) if j == 0 or i - spots[j - 1] > 40]  # at least 20 m apart
+    for i in kept:
+        px, py, h = at(np.array([i]), np.array([rng.choice([-1.0, 1.0]) * rng.uniform(0.6, 1.2)]))
+        center, size = [float(px[0]), float(py[0]), 0.0], [4.2, 1.8, 1.5]
+        b.box(center, size, float(h[0]), rng.uniform(0.1, 0.9, 3), cfg.car_step)
+        obstacles.append({"center": center, "size": size, "yaw": float(h[0]), "kind": "blocking_car"})
     for _ in range(rng.integers(cfg.buildings[0], cfg.buildings[1] + 1)):
         i, side = rng.uniform(0, len(xs) - 1), rng.choice([-1.0, 1.0])
         size = [rng.uniform(6, 14), rng.uniform(5, 10), rng.uniform(4, 12)]

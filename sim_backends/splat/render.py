@@ -73,6 +73,16 @@ def render(scene: SplatScene, cameras: list[Camera], bg=(0.0, 0.0, 0.0), near: f
     w, h = cameras[0].width, cameras[0].height
     if any((c.width, c.height) != (w, h) for c in cameras):
         raise UserError("all cameras of one render call must have the same image size")
+    views = torch.stack([c.viewmat.to(torch.float32) for c in cameras])
+    intr = torch.tensor([[c.fx, c.fy, c.cx, c.cy] for c in cameras], dtype=torch.float32)
+    return render_views(scene, views, intr, w, h, bg, near, far, min_opacity, kernel)
+
+
+def render_views(scene: SplatScene, views: torch.Tensor, intr: torch.Tensor, width: int, height: int,
+                 bg=(0.0, 0.0, 0.0), near: float = 0.01, far: float = 1e10, min_opacity: float = 0.005,
+                 kernel: str = "auto") -> dict[str, torch.Tensor]:
+    """``render`` for batched camera tensors: ``views [C, 4, 4]`` world -> camera, ``intr [C, 4]`` (fx, fy, cx,
+    cy). Outputs on the scene's device."""
     if kernel not in ("auto", "numba", "torch"):
         raise UserError(f"splat kernel must be auto, numba or torch, got {kernel!r}")
     use_numba = kernel == "numba" or (kernel == "auto" and scene.device.type == "cpu")
@@ -81,18 +91,18 @@ def render(scene: SplatScene, cameras: list[Camera], bg=(0.0, 0.0, 0.0), near: f
     if use_numba:
         from embodied.kernels.splat_numba import render_cameras
 
-        views = torch.stack([c.viewmat.float() for c in cameras]).cpu().numpy()
-        intr = np.array([[c.fx, c.fy, c.cx, c.cy] for c in cameras], np.float32)
-        rgb, depth, alpha, _ = render_cameras(*scene.numba_arrays(), views, intr, w, h, near, far, min_opacity, bg)
+        rgb, depth, alpha, _ = render_cameras(*scene.numba_arrays(), views.detach().cpu().float().numpy(),
+                                              intr.detach().cpu().float().numpy(), width, height, near, far,
+                                              min_opacity, bg)
         return {"rgb": torch.from_numpy(rgb), "depth": torch.from_numpy(depth), "alpha": torch.from_numpy(alpha)}
-    composite = raster_reference.composite
     keep = scene.opacity >= min_opacity
     outs = []
-    for cam in cameras:
-        view = cam.viewmat.to(scene.device, scene.means.dtype)
-        p = project(scene.means, scene.cov3, view, cam.fx, cam.fy, cam.cx, cam.cy, w, h, near, far)
-        rgb = sh_to_rgb(scene.sh, scene.means, cam.position.to(scene.device, scene.means.dtype))
-        outs.append(composite(p["means2d"], p["conic"], scene.opacity, rgb, p["depth"], p["radius"],
-                              p["valid"] & keep, w, h, bg))
+    dt = scene.means.dtype
+    for view, (fx, fy, cx, cy) in zip(views.to(scene.device, dt), intr.tolist()):
+        p = project(scene.means, scene.cov3, view, fx, fy, cx, cy, width, height, near, far)
+        campos = -(view[:3, :3].T @ view[:3, 3])
+        rgb = sh_to_rgb(scene.sh, scene.means, campos)
+        outs.append(raster_reference.composite(p["means2d"], p["conic"], scene.opacity, rgb, p["depth"],
+                                               p["radius"], p["valid"] & keep, width, height, bg))
     return {name: torch.stack([o[i].to(scene.device, torch.float32) for o in outs])
             for i, name in enumerate(("rgb", "depth", "alpha"))}

@@ -1,0 +1,1 @@
+"""Driving tasks in Gaussian-splat scenes (``drive-lane-keep``, ``drive-avoid``)."""
