@@ -53,7 +53,8 @@ def build(cfg: RunConfig, run_dir: Path):
     collector = make_collector(cfg.runtime.engine, make_train_env_factory(cfg, sim_device), cfg.num_envs, cfg.seed,
                                learner_device, cfg.runtime)
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
-                       learner_device, cfg.seed, cfg.total_steps, cfg.policy, collector.symmetry_group())
+                       learner_device, cfg.seed, cfg.total_steps, cfg.policy, collector.symmetry_group(),
+                       collector.layout())
     try:
         algo = algo_cls.build(cfg.algo_config, ctx)
     except ValueError as e:  # torch's checks of the learner's settings (a negative lr, ...) are the user's input

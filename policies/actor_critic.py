@@ -11,15 +11,38 @@ from torch import nn
 
 from embodied.core.registry import POLICIES
 from embodied.core.symmetry import SymmetryGroup, concat
-from embodied.policies.networks import EnsembleMLP, GroupMLP, mlp
+from embodied.policies.networks import EnsembleMLP, GroupMLP, ImageEncoder, mlp
 from embodied.policies.normalizer import EmpiricalNormalizer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 LOG2 = math.log(2.0)
 
 
-def _normalizer(dim: int, enabled: bool) -> nn.Module:
-    return EmpiricalNormalizer(dim) if enabled else nn.Identity()
+def _normalizer(dim: int, enabled: bool, image: list | None = None) -> nn.Module:
+    passthrough = (image[0], image[0] + image[1] * image[2] * image[3]) if image else None
+    return EmpiricalNormalizer(dim, passthrough=passthrough) if enabled else nn.Identity()
+
+
+class ImageSplit(nn.Module):
+    """An observation vector holding one image term: the CNN's features of the image, then the other entries.
+    ``image = [start, C, H, W]`` (the layout's image term, ``Layout.images``); ``[B, obs] -> [B, F + rest]``."""
+
+    def __init__(self, obs_dim: int, image: list, features: int = 128):
+        super().__init__()
+        self.start, shape = int(image[0]), tuple(int(v) for v in image[1:])
+        self.stop = self.start + shape[0] * shape[1] * shape[2]
+        self.encoder = ImageEncoder(shape, features)
+        self.out_dim = features + obs_dim - (self.stop - self.start)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.encoder(x[:, self.start:self.stop]), x[:, :self.start], x[:, self.stop:]], 1)
+
+
+def _trunk(obs_dim: int, image: list | None) -> tuple[nn.Module, int]:
+    if not image:
+        return nn.Identity(), obs_dim
+    split = ImageSplit(obs_dim, image)
+    return split, split.out_dim
 
 
 def _policy_net(obs_dim: int, hidden: list[int], act_dim: int, activation: str, group: list | None,
@@ -50,16 +73,17 @@ class GaussianActor(nn.Module):
     """Diagonal Gaussian with a state-independent log std (PPO). ``obs: [B, obs_dim]``."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "tanh",
-                 obs_normalization: bool = True, init_log_std: float = -0.5):
+                 obs_normalization: bool = True, init_log_std: float = -0.5, image: list | None = None):
         super().__init__()
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), activation=activation,
-                                obs_normalization=obs_normalization, init_log_std=init_log_std)
-        self.normalizer = _normalizer(obs_dim, obs_normalization)
-        self.net = mlp(obs_dim, list(hidden), act_dim, activation, out_gain=0.01)
+                                obs_normalization=obs_normalization, init_log_std=init_log_std, image=image)
+        self.normalizer = _normalizer(obs_dim, obs_normalization, image)
+        self.trunk, feat = _trunk(obs_dim, image)  # the CNN encoder where the observation holds an image
+        self.net = mlp(feat, list(hidden), act_dim, activation, out_gain=0.01)
         self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(self.normalizer(obs))
+        return self.net(self.trunk(self.normalizer(obs)))
 
     def dist(self, obs: torch.Tensor) -> torch.distributions.Normal:
         mean = self(obs)
@@ -127,13 +151,15 @@ class DeterministicActor(nn.Module):
 class ValueCritic(nn.Module):
     """V(s) on the critic observation group. ``[B, obs_dim] -> [B]``."""
 
-    def __init__(self, obs_dim: int, hidden: list[int], activation: str = "tanh", obs_normalization: bool = True):
+    def __init__(self, obs_dim: int, hidden: list[int], activation: str = "tanh", obs_normalization: bool = True,
+                 image: list | None = None):
         super().__init__()
-        self.normalizer = _normalizer(obs_dim, obs_normalization)
-        self.net = mlp(obs_dim, list(hidden), 1, activation)
+        self.normalizer = _normalizer(obs_dim, obs_normalization, image)
+        self.trunk, feat = _trunk(obs_dim, image)
+        self.net = mlp(feat, list(hidden), 1, activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.net(self.normalizer(obs)).squeeze(-1)
+        return self.net(self.trunk(self.normalizer(obs))).squeeze(-1)
 
 
 class TwinQCritic(nn.Module):

@@ -87,6 +87,9 @@ def _net_ops(net: nn.Module) -> list[Op]:
 def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
     ops: list[Op] = []
+    if not isinstance(getattr(actor, "trunk", nn.Identity()), nn.Identity):
+        raise UserError("export of policies with an image encoder is not implemented yet; the run's checkpoint "
+                        "(load_policy) holds the policy")
     norm = actor.normalizer
     if isinstance(norm, EmpiricalNormalizer):
         ops.append(Op("normalize", {"mean": _np(norm.mean), "std": _np(torch.sqrt(norm.var + norm.eps))},

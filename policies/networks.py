@@ -131,3 +131,31 @@ class GroupMLP(nn.Module):
         out_w = out_w.permute(0, 2, 1)  # [G, c, out]
         out_b = (self.out.bias.index_select(0, flat).view(n, a) * self.out_inv_sign).mean(0)
         return torch.addmm(out_b, h, out_w.reshape(-1, out_w.shape[2]) / n)
+
+
+class ImageEncoder(nn.Module):
+    """A small CNN for one image term (several cameras stacked as channels): conv 8x8 stride 4 (16), 4x4 stride 2
+    (32), 3x3 stride 1 (32), each with ReLU, then a linear layer to ``features`` with ReLU (the Nature-DQN stack
+    at half width, sized for 64-px images on a CPU). Input: the flat channel-major image ``[B, C*H*W]``."""
+
+    LAYERS = ((16, 8, 4), (32, 4, 2), (32, 3, 1))  # (channels, kernel, stride)
+
+    def __init__(self, shape: tuple[int, int, int], features: int = 128):
+        super().__init__()
+        c, h, w = (int(v) for v in shape)
+        self.shape = (c, h, w)
+        convs = []
+        for out, k, s in self.LAYERS:
+            if h < k or w < k:
+                raise UserError(f"image {shape} is too small for the CNN encoder (needs >= 36x36)")
+            convs.append(nn.Conv2d(c, out, k, s))
+            c, h, w = out, (h - k) // s + 1, (w - k) // s + 1
+        self.convs = nn.ModuleList(convs)
+        self.fc = nn.Linear(c * h * w, features)
+        self.out_dim = features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], *self.shape)
+        for conv in self.convs:
+            x = torch.relu(conv(x))
+        return torch.relu(self.fc(x.flatten(1)))

@@ -33,6 +33,17 @@ class BuildContext:
     total_steps: int
     policy: Any  # PolicyConfig
     symmetry: Any = None
+    layout: Any = None  # the task's Layout (core/layout.py): image terms pick a CNN encoder
+
+    def image(self, group: str) -> list | None:
+        """``[start, C, H, W]`` of the group's image term, or None; more than one image term is a UserError."""
+        from embodied.core.errors import UserError
+
+        images = self.layout.images(group) if self.layout is not None and group in self.layout.observation else []
+        if len(images) > 1:
+            raise UserError(f"observation group {group!r} has {len(images)} image terms; policies encode one "
+                            "(stack cameras as channels of one term)")
+        return [images[0][0].start, *images[0][1]] if images else None
 
 
 @dataclass

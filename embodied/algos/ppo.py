@@ -67,22 +67,26 @@ class PPO(Algorithm):
         if ctx.policy.symmetrize:
             raise UserError("policy.symmetrize is implemented for the off-policy learners (td3, sac), not ppo; "
                             "add policy.symmetrize=false")
-        return super().build(cfg, ctx)
+        critic_group = "critic" if "critic" in ctx.obs_space.spaces else "policy"
+        return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
+                   total_steps=ctx.total_steps, image=ctx.image("policy"), critic_image=ctx.image(critic_group))
 
     @property
     def rollout_length(self) -> int:
         return self.cfg.num_steps
 
     def __init__(self, cfg: PPOConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
-                 device: torch.device, seed: int, total_steps: int | None = None):
+                 device: torch.device, seed: int, total_steps: int | None = None, image: list | None = None,
+                 critic_image: list | None = None):
         self.cfg, self.device = cfg, torch.device(device)
         obs_dim, cdim, act_dim = obs_space["policy"].shape[0], critic_dim(obs_space), action_space.shape[0]
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         torch.manual_seed(seed)  # network initialization
         self.pi = GaussianActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
-                                policy.obs_normalization, cfg.init_log_std).to(self.device)
-        self.v = ValueCritic(cdim, policy.critic_hidden, policy.activation, policy.obs_normalization).to(self.device)
+                                policy.obs_normalization, cfg.init_log_std, image=image).to(self.device)
+        self.v = ValueCritic(cdim, policy.critic_hidden, policy.activation, policy.obs_normalization,
+                             image=critic_image).to(self.device)
         self.params = [*self.pi.parameters(), *self.v.parameters()]
         self.opt = torch.optim.Adam(self.params, lr=cfg.lr)
         self.storage = RolloutStorage(cfg.num_steps, num_envs, obs_dim, cdim, act_dim, self.device)

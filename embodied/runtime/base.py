@@ -102,6 +102,10 @@ class Collector(abc.ABC):
         """The task's symmetry group (``core/symmetry.py``) or None."""
         return None
 
+    def layout(self):
+        """The task's observation/action layout (``core/layout.py``), or None where the engine has none."""
+        return None
+
     @abc.abstractmethod
     def state_dict(self) -> dict: ...
 

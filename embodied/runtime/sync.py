@@ -53,6 +53,9 @@ class SyncCollector(Collector):
     def symmetry_group(self):
         return self.env.symmetry_group()
 
+    def layout(self):
+        return self.env.layout()
+
     def state_dict(self) -> dict:
         return {"obs": {k: v.clone() for k, v in self._obs.items()}, **self.stats.state_dict(),
                 "finished": list(self.finished), "env": self.env.state_dict()}
