@@ -80,7 +80,7 @@ def radix_argsort(keys):
 
 @njit(cache=True, fastmath=True)
 def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr, width, height, near, far,
-                   min_opacity):
+                   min_opacity, k0=0, k1=-1):
     """EWA projection of the Gaussians of every chunk whose bounding sphere may be seen (in front, nearer than
     ``far``, inside the side planes of the frustum widened by 2 px) for one camera; returns the visible ones
     packed front to back: ``(data [M, 11], rect [M, 4])`` with data = (u, v, conic a, b, c, opacity, r, g, b,
@@ -103,7 +103,7 @@ def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr
     tx_l, tx_r = (cx + 2.0) / fx, (width - cx + 2.0) / fx
     ty_t, ty_b = (cy + 2.0) / fy, (height - cy + 2.0) / fy
     m = 0
-    for k in range(chunk_off.shape[0] - 1):
+    for k in range(k0, chunk_off.shape[0] - 1 if k1 < 0 else k1):  # the chunks of the camera's scene
         sx, sy, sz, rad = chunk_sphere[k, 0], chunk_sphere[k, 1], chunk_sphere[k, 2], chunk_sphere[k, 3]
         cz = r20 * sx + r21 * sy + r22 * sz + t2
         if cz + rad <= near or cz - rad >= far:
@@ -274,11 +274,11 @@ def raster_camera(data, rect, width, height, bg, out_rgb, out_depth, out_alpha):
 
 
 @njit(parallel=True, cache=True)
-def _render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, views, intr, width, height, near, far,
-                    min_opacity, bg, out_rgb, out_depth, out_alpha, stats):
+def _render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, cam_chunks, views, intr, width, height, near,
+                    far, min_opacity, bg, out_rgb, out_depth, out_alpha, stats):
     for c in prange(views.shape[0]):
         data, rect = project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, views[c], intr[c], width,
-                                    height, near, far, min_opacity)
+                                    height, near, far, min_opacity, cam_chunks[c, 0], cam_chunks[c, 1])
         stats[c, 0] = data.shape[0]
         stats[c, 1] = raster_camera(data, rect, width, height, bg, out_rgb[c], out_depth[c], out_alpha[c])
 
@@ -315,16 +315,20 @@ def chunk_scene(means: np.ndarray, scales: np.ndarray, cell: float = 4.0) -> tup
 
 
 def render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, views, intr, width: int, height: int,
-                   near: float, far: float, min_opacity: float, bg=(0.0, 0.0, 0.0)):
+                   near: float, far: float, min_opacity: float, bg=(0.0, 0.0, 0.0), cam_chunks=None):
     """Render C cameras of one size: ``views [C, 4, 4]`` world -> camera, ``intr [C, 4]`` (fx, fy, cx, cy), scene
     arrays as numpy float32 (``cov6`` from ``cov_upper``), chunks from ``chunk_scene``. Returns ``rgb [C, H, W,
-    3]``, ``depth``, ``alpha`` ``[C, H, W]`` and ``stats [C, 2]`` (visible Gaussians, blends)."""
+    3]``, ``depth``, ``alpha`` ``[C, H, W]`` and ``stats [C, 2]`` (visible Gaussians, blends). ``cam_chunks [C, 2]``: the range of chunks each
+    camera sees (several scenes merged into one set of arrays, one scene per camera); None: all."""
     c = views.shape[0]
     out_rgb = np.empty((c, height, width, 3), np.float32)
     out_depth = np.empty((c, height, width), np.float32)
     out_alpha = np.empty((c, height, width), np.float32)
     stats = np.zeros((c, 2), np.int64)
-    _render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, np.ascontiguousarray(views, np.float32),
+    if cam_chunks is None:
+        cam_chunks = np.tile(np.array([0, len(chunk_off) - 1], np.int64), (c, 1))
+    _render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, np.ascontiguousarray(cam_chunks, np.int64),
+                    np.ascontiguousarray(views, np.float32),
                     np.ascontiguousarray(intr, np.float32), int(width), int(height), np.float32(near),
                     np.float32(far), np.float32(min_opacity), np.asarray(bg, np.float32), out_rgb, out_depth,
                     out_alpha, stats)

@@ -179,6 +179,8 @@ class DriveSim(SimBackend):
 
         ids = torch.arange(self.num_envs, device=self.device) if env_ids is None else env_ids
         first = self.cameras[0]
+        if self.device.type == "cpu" and self.kernel in ("auto", "numba"):
+            return self._render_merged(ids)
         out = torch.empty(ids.numel(), len(self.cameras), 3, first.height, first.width, device=self.device)
         scene_ids = self.scene[ids]
         for s in torch.unique(scene_ids).tolist():
@@ -192,6 +194,42 @@ class DriveSim(SimBackend):
             rgb = rgb.reshape(len(self.cameras), rows.numel(), first.height, first.width, 3)
             out[rows] = rgb.permute(1, 0, 4, 2, 3).to(self.device)
         return out
+
+
+    def _render_merged(self, ids: torch.Tensor) -> torch.Tensor:
+        """The numba kernel on every camera of every env in one parallel call (the scenes' arrays merged once)."""
+        from embodied.kernels.splat_numba import render_cameras
+
+        if getattr(self, "_merged", None) is None:
+            self._merged = _merge([s.numba_arrays() for s in self.splats])
+        arrays, ranges = self._merged
+        first, k = self.cameras[0], ids.numel()
+        x = self.x[ids]
+        views = torch.cat([camera_views(x, cam) for cam in self.cameras]).numpy()  # camera-major
+        intr = np.repeat(np.array([_intrinsics(cam) for cam in self.cameras], np.float32), k, 0)
+        cam_chunks = np.tile(ranges[self.scene[ids].numpy()], (len(self.cameras), 1))
+        rgb = render_cameras(*arrays, views, intr, first.width, first.height, 0.01, self.far, 0.005, SKY,
+                             cam_chunks)[0]
+        rgb = torch.from_numpy(rgb).reshape(len(self.cameras), k, first.height, first.width, 3)
+        return rgb.permute(1, 0, 4, 2, 3)
+
+
+def _merge(arrays: list[tuple]) -> tuple[tuple, np.ndarray]:
+    """Several scenes' kernel arrays as one set (SH padded to the largest degree with zeros, which add nothing) and
+    each scene's chunk range ``[S, 2]``."""
+    k = max(a[3].shape[1] for a in arrays)
+    sh = [np.concatenate([a[3], np.zeros((a[3].shape[0], k - a[3].shape[1], 3), np.float32)], 1) for a in arrays]
+    counts = np.cumsum([0] + [a[0].shape[0] for a in arrays])
+    offs, ranges, n_chunks = [], [], 0
+    for a, base in zip(arrays, counts[:-1]):
+        offs.append(a[4][:-1] + base)
+        ranges.append([n_chunks, n_chunks + len(a[4]) - 1])
+        n_chunks += len(a[4]) - 1
+    chunk_off = np.concatenate(offs + [np.array([counts[-1]], np.int64)]).astype(np.int64)
+    merged = (np.concatenate([a[0] for a in arrays]), np.concatenate([a[1] for a in arrays]),
+              np.concatenate([a[2] for a in arrays]), np.ascontiguousarray(np.concatenate(sh)), chunk_off,
+              np.concatenate([a[5] for a in arrays]))
+    return merged, np.asarray(ranges, np.int64)
 
 
 def _intrinsics(cam: CameraSpec) -> list[float]:

@@ -19,8 +19,10 @@ ALPHA_MAX = 0.99
 T_MIN = 1e-4
 
 
-def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, height: int, bg=(0.0, 0.0, 0.0)):
-    """One camera: ``rgb [H, W, 3]``, ``depth [H, W]``, ``alpha [H, W]`` (float64)."""
+def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, height: int, bg=(0.0, 0.0, 0.0),
+              pixel_block: int | None = None):
+    """One camera: ``rgb [H, W, 3]``, ``depth [H, W]``, ``alpha [H, W]`` (float64). ``pixel_block`` bounds memory
+    (the ``[pixels, Gaussians]`` matrices) by doing that many pixels at a time; the result is the same."""
     dt = torch.float64
     means2d, conic, opacity, rgb, depth = (t.to(dt) for t in (means2d, conic, opacity, rgb, depth))
     order = torch.argsort(torch.where(valid, depth, torch.full_like(depth, float("inf"))), stable=True)
@@ -29,6 +31,14 @@ def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, he
     r = radius[order].to(dt)
     ys, xs = torch.meshgrid(torch.arange(height, dtype=dt), torch.arange(width, dtype=dt), indexing="ij")
     px, py = xs.reshape(-1) + 0.5, ys.reshape(-1) + 0.5  # [P]
+    block = pixel_block or px.shape[0]
+    parts = [_pixels(px[i:i + block], py[i:i + block], m, q, o, c, z, r, bg) for i in range(0, px.shape[0], block)]
+    color, dep, alpha = (torch.cat(t) for t in zip(*parts))
+    return color.reshape(height, width, 3), dep.reshape(height, width), alpha.reshape(height, width)
+
+
+def _pixels(px, py, m, q, o, c, z, r, bg):
+    dt = torch.float64
     dx, dy = m[None, :, 0] - px[:, None], m[None, :, 1] - py[:, None]
     inside = (dx.abs() <= r[None, :, 0]) & (dy.abs() <= r[None, :, 1])  # [P, N]
     power = -0.5 * (q[None, :, 0] * dx * dx + q[None, :, 2] * dy * dy) - q[None, :, 1] * dx * dy
@@ -43,4 +53,4 @@ def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, he
     t_final = torch.where(live, t_after, torch.ones_like(t_after)).min(1).values if w.shape[1] else torch.ones(
         px.shape[0], dtype=dt)
     color = w @ c + t_final[:, None] * torch.as_tensor(bg, dtype=dt)
-    return color.reshape(height, width, 3), (w @ z).reshape(height, width), (1 - t_final).reshape(height, width)
+    return color, w @ z, 1 - t_final

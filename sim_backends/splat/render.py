@@ -80,7 +80,7 @@ def render(scene: SplatScene, cameras: list[Camera], bg=(0.0, 0.0, 0.0), near: f
 
 def render_views(scene: SplatScene, views: torch.Tensor, intr: torch.Tensor, width: int, height: int,
                  bg=(0.0, 0.0, 0.0), near: float = 0.01, far: float = 1e10, min_opacity: float = 0.005,
-                 kernel: str = "auto") -> dict[str, torch.Tensor]:
+                 kernel: str = "auto", pixel_block: int | None = 1024) -> dict[str, torch.Tensor]:
     """``render`` for batched camera tensors: ``views [C, 4, 4]`` world -> camera, ``intr [C, 4]`` (fx, fy, cx,
     cy). Outputs on the scene's device."""
     if kernel not in ("auto", "numba", "torch"):
@@ -103,6 +103,6 @@ def render_views(scene: SplatScene, views: torch.Tensor, intr: torch.Tensor, wid
         campos = -(view[:3, :3].T @ view[:3, 3])
         rgb = sh_to_rgb(scene.sh, scene.means, campos)
         outs.append(raster_reference.composite(p["means2d"], p["conic"], scene.opacity, rgb, p["depth"],
-                                               p["radius"], p["valid"] & keep, width, height, bg))
+                                               p["radius"], p["valid"] & keep, width, height, bg, pixel_block))
     return {name: torch.stack([o[i].to(scene.device, torch.float32) for o in outs])
             for i, name in enumerate(("rgb", "depth", "alpha"))}
