@@ -85,7 +85,7 @@ def reference_case(scene, route, width: int, height: int, far: float, cams: int 
     t = time.perf_counter()
     render_views(s, torch.from_numpy(views), torch.from_numpy(intr), width, height, far=far, kernel="torch")
     dt = time.perf_counter() - t
-    return {"cameras": cams, "reference_s_per_frame": dt / cams, "reference_fps": cams / dt}
+    return {"reference_cameras": cams, "reference_s_per_frame": dt / cams, "reference_fps": cams / dt}
 
 
 def env_step_case(steps: int = 100) -> dict:
