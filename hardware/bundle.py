@@ -73,6 +73,8 @@ def export_run(run_dir: Path, out: Path | None = None, fmt: str = "all", count: 
     layout.check({g: s.shape for g, s in env.single_observation_space.spaces.items()}, env.single_action_space.shape)
     out = Path(out) if out else run_dir / "bundle"
     _writable(out)
+    if layout.images("policy"):
+        count = min(count, 64)  # parity on 64 camera frames keeps an image policy's bundle a few MB
     obs = record_observations(policy, cfg, count)
     run_prov = run_dir / "provenance.json"
     source = {"dir": str(run_dir.resolve()), "step": int(ckpt["step"]),
@@ -121,7 +123,12 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
               "torch_vs_onnxruntime": float(np.abs(onnx_out - ref).max())}
     files = ["policy.onnx", "observations.npy"]
     c_info = None
-    if fmt in ("c", "all"):
+    if layout.images("policy"):
+        if fmt == "c":
+            raise UserError("policies with camera images export to ONNX only (--format onnx); the C emitter "
+                            "and the serial firmware carry state vectors")
+        c_info = {"skipped": "camera-image policy: ONNX only"}
+    elif fmt in ("c", "all"):
         from embodied.hardware import protocol
         from embodied.hardware.codegen import compile_object, emit_c, size_report
         from embodied.hardware.firmware import firmware_source

@@ -42,6 +42,29 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
         elif op.kind == "clip":
             nodes.append(helper.make_node("Clip", [x, const(f"lo{i}", np.float32(op.attrs["lo"])),
                                                    const(f"hi{i}", np.float32(op.attrs["hi"]))], [y]))
+        elif op.kind == "image_features":
+            t = op.attrs
+            s0, s1 = int(t["start"]), int(t["stop"])
+            img = _slice(nodes, const, x, f"img{i}", s0, s1)
+            shape = const(f"shape{i}", np.array([-1, int(t["C"]), int(t["H"]), int(t["W"])], np.int64))
+            nodes.append(helper.make_node("Reshape", [img, shape], [f"im{i}"]))
+            h = f"im{i}"
+            for j in range(int(t["convs"])):
+                s = int(t[f"s{j}"])
+                w_b = [const(f"cw{i}_{j}", a[f"W{j}"]), const(f"cb{i}_{j}", a[f"b{j}"])]
+                nodes += [helper.make_node("Conv", [h, *w_b], [f"cv{i}_{j}"], strides=[s, s]),
+                          helper.make_node("Relu", [f"cv{i}_{j}"], [f"cr{i}_{j}"])]
+                h = f"cr{i}_{j}"
+            nodes += [helper.make_node("Flatten", [h], [f"fl{i}"], axis=1),
+                      helper.make_node("Gemm", [f"fl{i}", const(f"fw{i}", a["fcW"]), const(f"fb{i}", a["fcb"])],
+                                       [f"fc{i}"], transB=1),
+                      helper.make_node("Relu", [f"fc{i}"], [f"ff{i}"])]
+            parts = [f"ff{i}"]
+            if s0 > 0:
+                parts.append(_slice(nodes, const, x, f"pre{i}", 0, s0))
+            if s1 < dim:
+                parts.append(_slice(nodes, const, x, f"post{i}", s1, dim))
+            nodes.append(helper.make_node("Concat", parts, [y], axis=1))
         elif op.kind == "slice":
             nodes.append(helper.make_node("Slice", [x, const(f"s{i}", np.array([op.attrs["start"]], np.int64)),
                                                     const(f"e{i}", np.array([op.attrs["stop"]], np.int64)),
@@ -57,3 +80,11 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
     model.ir_version = 8  # readable by onnxruntime >= 1.14
     onnx.checker.check_model(model)
     return model
+
+
+def _slice(nodes: list, const, src: str, name: str, start: int, stop: int) -> str:
+    """``name = src[:, start:stop]`` as a Slice node."""
+    nodes.append(helper.make_node("Slice", [src, const(f"{name}s", np.array([start], np.int64)),
+                                            const(f"{name}e", np.array([stop], np.int64)),
+                                            const(f"{name}a", np.array([1], np.int64))], [name]))
+    return name

@@ -13,6 +13,9 @@ Ops, applied in order to a vector ``x``:
     group_project  y[a] = 1/G sum_g s[g, a] (W x[g] + b)[p[g, a]]           the projection to the action
     slice          y = x[start:stop]
     clip           y = clip(x, lo, hi)
+    image_features y = [relu(fc(flatten(relu(conv_2(relu(conv_1(relu(conv_0(img)))))))), x[:start], x[stop:]]
+                   img = x[start:stop] as (C, H, W); conv_l: W{l} [out, in, k, k], b{l}, stride s{l}, no padding
+                   (the CNN encoder of an image term, ``ImageSplit``)
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch
 from torch import nn
 
 from embodied.core.errors import UserError
-from embodied.policies.actor_critic import DeterministicActor, GaussianActor, SquashedGaussianActor
+from embodied.policies.actor_critic import DeterministicActor, GaussianActor, ImageSplit, SquashedGaussianActor
 from embodied.policies.networks import GroupMLP
 from embodied.policies.normalizer import EmpiricalNormalizer
 
@@ -47,6 +50,8 @@ class Op:
             return a["k"].shape[0] * a["w"].shape[1]
         if self.kind == "slice":
             return int(self.attrs["stop"]) - int(self.attrs["start"])
+        if self.kind == "image_features":
+            return a["fcW"].shape[0] + in_dim - (int(self.attrs["stop"]) - int(self.attrs["start"]))
         return in_dim
 
 
@@ -87,13 +92,21 @@ def _net_ops(net: nn.Module) -> list[Op]:
 def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
     ops: list[Op] = []
-    if not isinstance(getattr(actor, "trunk", nn.Identity()), nn.Identity):
-        raise UserError("export of policies with an image encoder is not implemented yet; the run's checkpoint "
-                        "(load_policy) holds the policy")
     norm = actor.normalizer
     if isinstance(norm, EmpiricalNormalizer):
         ops.append(Op("normalize", {"mean": _np(norm.mean), "std": _np(torch.sqrt(norm.var + norm.eps))},
                       {"clip": float(norm.clip)}))
+    trunk = getattr(actor, "trunk", nn.Identity())
+    if isinstance(trunk, ImageSplit):
+        enc = trunk.encoder
+        arrays = {"fcW": _np(enc.fc.weight), "fcb": _np(enc.fc.bias)}
+        attrs = {"start": trunk.start, "stop": trunk.stop, "C": enc.shape[0], "H": enc.shape[1], "W": enc.shape[2],
+                 "convs": len(enc.convs)}
+        for i, conv in enumerate(enc.convs):
+            arrays[f"W{i}"], arrays[f"b{i}"], attrs[f"s{i}"] = _np(conv.weight), _np(conv.bias), conv.stride[0]
+        ops.append(Op("image_features", arrays, attrs))
+    elif not isinstance(trunk, nn.Identity):
+        raise UserError(f"export has no op for a {type(trunk).__name__} trunk")
     ops += _net_ops(actor.net)
     if isinstance(actor, DeterministicActor):
         ops.append(Op("tanh"))
@@ -152,6 +165,9 @@ class ProgramModule(nn.Module):
             elif op.kind == "normalize":
                 self.register_buffer(f"{name}_mean", torch.from_numpy(op.arrays["mean"]))
                 self.register_buffer(f"{name}_std", torch.from_numpy(op.arrays["std"]))
+            elif op.kind == "image_features":
+                for k, v in op.arrays.items():
+                    self.register_buffer(f"{name}_{k}", torch.from_numpy(v))
             self.steps.append((op.kind, name))
         self.attrs = [dict(op.attrs) for op in ops]
 
@@ -172,6 +188,15 @@ class ProgramModule(nn.Module):
                 x = x[..., int(attrs["start"]):int(attrs["stop"])]
             elif kind == "clip":
                 x = x.clamp(attrs["lo"], attrs["hi"])
+            elif kind == "image_features":
+                a = {k: getattr(self, f"{name}_{k}") for k in ("fcW", "fcb")}
+                s0, s1 = int(attrs["start"]), int(attrs["stop"])
+                h = x[:, s0:s1].reshape(x.shape[0], int(attrs["C"]), int(attrs["H"]), int(attrs["W"]))
+                for i in range(int(attrs["convs"])):
+                    h = torch.relu(nn.functional.conv2d(h, getattr(self, f"{name}_W{i}"),
+                                                        getattr(self, f"{name}_b{i}"), int(attrs[f"s{i}"])))
+                h = torch.relu(h.flatten(1) @ a["fcW"].T + a["fcb"])
+                x = torch.cat([h, x[:, :s0], x[:, s1:]], 1)
             else:
                 raise ValueError(f"unknown op {kind!r}")
         return x
@@ -196,6 +221,14 @@ def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:
             x = x[:, int(op.attrs["start"]):int(op.attrs["stop"])]
         elif k == "clip":
             x = np.clip(x, op.attrs["lo"], op.attrs["hi"])
+        elif k == "image_features":
+            t = op.attrs
+            s0, s1 = int(t["start"]), int(t["stop"])
+            h = x[:, s0:s1].reshape(x.shape[0], int(t["C"]), int(t["H"]), int(t["W"]))
+            for i in range(int(t["convs"])):
+                h = np.maximum(_conv2d(h, a[f"W{i}"].astype(np.float64), a[f"b{i}"], int(t[f"s{i}"])), 0.0)
+            h = np.maximum(h.reshape(h.shape[0], -1) @ a["fcW"].T.astype(np.float64) + a["fcb"], 0.0)
+            x = np.concatenate([h, x[:, :s0], x[:, s1:]], 1)
         elif k == "group_lift":
             G = a["p"].shape[0]
             x = np.concatenate([(x[:, a["p"][g]] * a["s"][g]) @ a["W"].T.astype(np.float64) + a["b"]
@@ -213,3 +246,11 @@ def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:
         else:
             raise ValueError(f"unknown op {k!r}")
     return x
+
+
+def _conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
+    """``[B, C, H, W]`` * ``[O, C, k, k]``, no padding: the plain sum over the window (reference for tests)."""
+    k = w.shape[2]
+    ho, wo = (x.shape[2] - k) // stride + 1, (x.shape[3] - k) // stride + 1
+    win = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :ho, :wo]
+    return np.einsum("bchwij,ocij->bohw", win, w) + b[None, :, None, None]

@@ -194,3 +194,33 @@ def test_corrupt_or_missing_bundle_is_one_user_error(bundle, tmp_path):
         read_bundle(tmp_path / "nothing")
     with pytest.raises(UserError, match="backend"):
         load_bundle(bundle["dir"], "tflite")
+
+
+def test_camera_policy_exports_to_onnx_with_parity(tmp_path):
+    """A CNN policy on a camera image (image term in the middle of the vector): program == actor (numpy
+    reference conv), the ONNX bundle's parity, the C format refused with one line, the normalizer passing the image
+    through."""
+    from embodied.core.layout import ActionTerm
+    from embodied.hardware.bundle import write_bundle
+
+    shape = (3, 40, 48)
+    n_img = int(np.prod(shape))
+    torch.manual_seed(0)
+    actor = GaussianActor(2 + n_img + 1, 2, [32], "elu", True, image=[2, *shape])
+    x = torch.cat([torch.randn(8, 2), torch.rand(8, n_img), torch.randn(8, 1)], 1)
+    actor.normalizer.update(x * 2 + 0.5)
+    assert torch.equal(actor.normalizer(x)[:, 2:2 + n_img], x[:, 2:2 + n_img])  # the image passes through
+    for p in actor.parameters():
+        p.data.normal_(0.0, 0.05)
+    ref = actor.act(x).double().numpy()
+    ops, dim = program(actor)
+    assert [op.kind for op in ops][:2] == ["normalize", "image_features"]
+    assert np.abs(run_numpy(ops, x.numpy()) - ref).max() < 1e-5
+    assert np.abs(ProgramModule(fold(ops))(x).detach().numpy() - ref).max() < 1e-5
+    layout = Layout({"policy": (Term("a", 2), Term("cam", n_img, shape=shape), Term("b", 1))},
+                    (ActionTerm("u", 2),), 10.0)
+    meta = write_bundle(actor, layout, x.numpy(), tmp_path / "b", "all")
+    assert meta["parity"]["passed"] and meta["c"] == {"skipped": "camera-image policy: ONNX only"}
+    assert load_bundle(tmp_path / "b").forward(x.numpy()).shape == (8, 2)
+    with pytest.raises(UserError, match="ONNX only"):
+        write_bundle(actor, layout, x.numpy(), tmp_path / "c", "c")
