@@ -80,12 +80,14 @@ def radix_argsort(keys):
 
 @njit(cache=True, fastmath=True)
 def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr, width, height, near, far,
-                   min_opacity, k0=0, k1=-1):
+                   min_opacity, k0, k1, dmeans, dcov6, dopacity, dsh):
     """EWA projection of the Gaussians of every chunk whose bounding sphere may be seen (in front, nearer than
     ``far``, inside the side planes of the frustum widened by 2 px) for one camera; returns the visible ones
     packed front to back: ``(data [M, 11], rect [M, 4])`` with data = (u, v, conic a, b, c, opacity, r, g, b,
-    depth, unused) and rect = the per-axis pixel box (x0, y0, x1, y1) inclusive, clipped to the image."""
-    n = means.shape[0]
+    depth, unused) and rect = the per-axis pixel box (x0, y0, x1, y1) inclusive, clipped to the image. Chunks
+    ``[k0, k1)`` (``k1 < 0``: to the end) are the camera's scene; ``dmeans [D, 3]`` etc. are this camera's dynamic
+    Gaussians (moving cars; D may be 0), drawn after the scene's in the tie order."""
+    n = means.shape[0] + dmeans.shape[0]
     fx, fy, cx, cy = intr[0], intr[1], intr[2], intr[3]
     r00, r01, r02, t0 = view[0, 0], view[0, 1], view[0, 2], view[0, 3]
     r10, r11, r12, t1 = view[1, 0], view[1, 1], view[1, 2], view[1, 3]
@@ -116,6 +118,8 @@ def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr
             continue
         m = _project_range(means, cov6, opacity, sh, chunk_off[k], chunk_off[k + 1], view, fx, fy, cx, cy,
                            width, height, near, far, min_opacity, px, py, pz, data, rect, depth, rgb, basis, m)
+    m = _project_range(dmeans, dcov6, dopacity, dsh, 0, dmeans.shape[0], view, fx, fy, cx, cy, width, height, near,
+                       far, min_opacity, px, py, pz, data, rect, depth, rgb, basis, m)
     order = radix_argsort(depth[:m])  # stable: ties keep the scene's order, as the reference's stable sort
     return data[order], rect[order]
 
@@ -275,10 +279,11 @@ def raster_camera(data, rect, width, height, bg, out_rgb, out_depth, out_alpha):
 
 @njit(parallel=True, cache=True)
 def _render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, cam_chunks, views, intr, width, height, near,
-                    far, min_opacity, bg, out_rgb, out_depth, out_alpha, stats):
+                    far, min_opacity, bg, dmeans, dcov6, dopacity, dsh, out_rgb, out_depth, out_alpha, stats):
     for c in prange(views.shape[0]):
         data, rect = project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, views[c], intr[c], width,
-                                    height, near, far, min_opacity, cam_chunks[c, 0], cam_chunks[c, 1])
+                                    height, near, far, min_opacity, cam_chunks[c, 0], cam_chunks[c, 1], dmeans[c],
+                                    dcov6, dopacity, dsh)
         stats[c, 0] = data.shape[0]
         stats[c, 1] = raster_camera(data, rect, width, height, bg, out_rgb[c], out_depth[c], out_alpha[c])
 
@@ -315,11 +320,14 @@ def chunk_scene(means: np.ndarray, scales: np.ndarray, cell: float = 4.0) -> tup
 
 
 def render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, views, intr, width: int, height: int,
-                   near: float, far: float, min_opacity: float, bg=(0.0, 0.0, 0.0), cam_chunks=None):
+                   near: float, far: float, min_opacity: float, bg=(0.0, 0.0, 0.0), cam_chunks=None, dynamic=None):
     """Render C cameras of one size: ``views [C, 4, 4]`` world -> camera, ``intr [C, 4]`` (fx, fy, cx, cy), scene
     arrays as numpy float32 (``cov6`` from ``cov_upper``), chunks from ``chunk_scene``. Returns ``rgb [C, H, W,
-    3]``, ``depth``, ``alpha`` ``[C, H, W]`` and ``stats [C, 2]`` (visible Gaussians, blends). ``cam_chunks [C, 2]``: the range of chunks each
-    camera sees (several scenes merged into one set of arrays, one scene per camera); None: all."""
+    3]``, ``depth``, ``alpha`` ``[C, H, W]`` and ``stats [C, 2]`` (visible Gaussians, blends).
+
+    ``cam_chunks [C, 2]``: the range of chunks each camera sees (several scenes merged into one set of arrays, one
+    scene per camera); None: all. ``dynamic``: ``(means [C, D, 3], cov6 [D, 6], opacity [D], sh [D, K, 3])``,
+    Gaussians that move per camera (cars)."""
     c = views.shape[0]
     out_rgb = np.empty((c, height, width, 3), np.float32)
     out_depth = np.empty((c, height, width), np.float32)
@@ -327,11 +335,19 @@ def render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, views, int
     stats = np.zeros((c, 2), np.int64)
     if cam_chunks is None:
         cam_chunks = np.tile(np.array([0, len(chunk_off) - 1], np.int64), (c, 1))
+    if dynamic is None:
+        dynamic = (np.zeros((c, 0, 3), np.float32), np.zeros((0, 6), np.float32), np.zeros(0, np.float32),
+                   np.zeros((0, sh.shape[1], 3), np.float32))
+    dmeans, dcov6, dop, dsh = (np.ascontiguousarray(a, np.float32) for a in dynamic)
+    if dsh.shape[1] != sh.shape[1]:  # pad the lower SH degree with zeros (they add nothing)
+        k = max(dsh.shape[1], sh.shape[1])
+        pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], k - a.shape[1], 3), np.float32)], 1)  # noqa
+        sh, dsh = pad(sh), pad(dsh)
     _render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, np.ascontiguousarray(cam_chunks, np.int64),
                     np.ascontiguousarray(views, np.float32),
                     np.ascontiguousarray(intr, np.float32), int(width), int(height), np.float32(near),
-                    np.float32(far), np.float32(min_opacity), np.asarray(bg, np.float32), out_rgb, out_depth,
-                    out_alpha, stats)
+                    np.float32(far), np.float32(min_opacity), np.asarray(bg, np.float32), dmeans, dcov6, dop, dsh,
+                    out_rgb, out_depth, out_alpha, stats)
     return out_rgb, out_depth, out_alpha, stats
 
 

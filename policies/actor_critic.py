@@ -94,6 +94,61 @@ class GaussianActor(nn.Module):
         return self(obs).clamp(-1.0, 1.0)
 
 
+class MultiCategorical:
+    """Independent categoricals, one per action dimension (``MultiDiscrete(nvec)``); ``log_prob`` and ``entropy``
+    are ``[B, D]`` like a diagonal Gaussian's, so a learner sums them over the last axis either way."""
+
+    def __init__(self, logits: list[torch.Tensor]):
+        self.dists = [torch.distributions.Categorical(logits=lg) for lg in logits]
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        idx = actions.long()
+        return torch.stack([d.log_prob(idx[:, i]) for i, d in enumerate(self.dists)], -1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([d.entropy() for d in self.dists], -1)
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.stack([torch.multinomial(d.probs, 1, generator=generator).squeeze(-1) for d in self.dists],
+                           -1).float()
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return torch.stack([d.logits.argmax(-1) for d in self.dists], -1).float()
+
+
+class CategoricalActor(nn.Module):
+    """Logits for a ``MultiDiscrete(nvec)`` action (PPO): one head per dimension on a shared trunk; ``act`` is the
+    most likely index per dimension (as float32, the dtype envs take actions in)."""
+
+    def __init__(self, obs_dim: int, nvec: list[int], hidden: list[int], activation: str = "tanh",
+                 obs_normalization: bool = True, image: list | None = None):
+        super().__init__()
+        self.nvec = [int(n) for n in nvec]
+        self.init_kwargs = dict(obs_dim=obs_dim, nvec=self.nvec, hidden=list(hidden), activation=activation,
+                                obs_normalization=obs_normalization, image=image)
+        self.normalizer = _normalizer(obs_dim, obs_normalization, image)
+        self.trunk, feat = _trunk(obs_dim, image)
+        self.net = mlp(feat, list(hidden), sum(self.nvec), activation, out_gain=0.01)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(self.trunk(self.normalizer(obs)))
+
+    def dist(self, obs: torch.Tensor) -> MultiCategorical:
+        return MultiCategorical(list(self(obs).split(self.nvec, dim=-1)))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.dist(obs).mode
+
+
+def sample_action(dist, generator: torch.Generator) -> torch.Tensor:
+    """A sample of a PPO actor's distribution (diagonal Gaussian or multi-categorical) from ``generator``."""
+    if isinstance(dist, MultiCategorical):
+        return dist.sample(generator)
+    return dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=generator, device=dist.mean.device)
+
+
 class SquashedGaussianActor(nn.Module):
     """tanh-squashed Gaussian with state-dependent std (SAC). Actions in (-1, 1)."""
 
@@ -194,12 +249,13 @@ class DeterministicPolicy(nn.Module):
 POLICIES.register("gaussian_mlp", GaussianActor)
 POLICIES.register("squashed_gaussian_mlp", SquashedGaussianActor)
 POLICIES.register("deterministic_mlp", DeterministicActor)
+POLICIES.register("categorical_mlp", CategoricalActor)
 
 
 def policy_spec(actor: nn.Module) -> dict:
     """How to rebuild an actor: registry name and constructor kwargs."""
     names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp",
-             DeterministicActor: "deterministic_mlp"}
+             DeterministicActor: "deterministic_mlp", CategoricalActor: "categorical_mlp"}
     return {"name": names[type(actor)], "kwargs": dict(actor.init_kwargs)}
 
 

@@ -8,6 +8,7 @@ import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import gymnasium as gym
 import torch
 from torch import nn
 
@@ -51,6 +52,9 @@ class OffPolicyAlgorithm(Algorithm):
                  device: torch.device, seed: int, total_steps: int | None = None,
                  symmetry: SymmetryGroup | None = None):
         self.cfg, self.device, self.num_envs = cfg, torch.device(device), num_envs
+        if not isinstance(action_space, gym.spaces.Box):
+            raise UserError(f"{type(self).__name__.lower()} needs continuous (Box) actions, the task has "
+                            f"{type(action_space).__name__}; use algo=ppo")
         if (cfg.symmetry_augmentation or policy.symmetrize) and symmetry is None:
             raise UserError("symmetry_augmentation / policy.symmetrize need a task that declares a symmetry group")
         self.symmetry = symmetry.to(self.device) if symmetry is not None else None

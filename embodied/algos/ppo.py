@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import gymnasium as gym
 import torch
 from torch import nn
 
@@ -16,6 +17,7 @@ from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import GaussianActor, ValueCritic
+from embodied.policies.actor_critic import CategoricalActor, sample_action
 from embodied.policies.normalizer import EmpiricalNormalizer
 
 
@@ -80,11 +82,16 @@ class PPO(Algorithm):
                  critic_image: list | None = None):
         self.cfg, self.device = cfg, torch.device(device)
         obs_dim, cdim, act_dim = obs_space["policy"].shape[0], critic_dim(obs_space), action_space.shape[0]
+        discrete = isinstance(action_space, gym.spaces.MultiDiscrete)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         torch.manual_seed(seed)  # network initialization
-        self.pi = GaussianActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
-                                policy.obs_normalization, cfg.init_log_std, image=image).to(self.device)
+        if discrete:  # a categorical head per dimension (GSDrive's anchor actions, any discrete task)
+            self.pi = CategoricalActor(obs_dim, action_space.nvec.tolist(), policy.actor_hidden, policy.activation,
+                                       policy.obs_normalization, image=image).to(self.device)
+        else:
+            self.pi = GaussianActor(obs_dim, act_dim, policy.actor_hidden, policy.activation,
+                                    policy.obs_normalization, cfg.init_log_std, image=image).to(self.device)
         self.v = ValueCritic(cdim, policy.critic_hidden, policy.activation, policy.obs_normalization,
                              image=critic_image).to(self.device)
         self.params = [*self.pi.parameters(), *self.v.parameters()]
@@ -98,8 +105,7 @@ class PPO(Algorithm):
     @torch.no_grad()
     def act(self, obs: Obs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         dist = self.pi.dist(obs["policy"])
-        action = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator,
-                                                       device=self.device)
+        action = sample_action(dist, self.generator)
         return action, {"log_prob": dist.log_prob(action).sum(-1), "value": self.v(critic_obs(obs))}
 
     @torch.no_grad()
@@ -169,7 +175,9 @@ class PPO(Algorithm):
         s.step = 0
         self.num_updates += 1
         out = {k: v / max(count, 1) for k, v in stats.items()}
-        out.update({"ppo/minibatches": float(count), "ppo/std": float(self.pi.log_std.detach().exp().mean())})
+        out["ppo/minibatches"] = float(count)
+        if hasattr(self.pi, "log_std"):
+            out["ppo/std"] = float(self.pi.log_std.detach().exp().mean())
         return out
 
     def _minibatch_loss(self, obs, cobs, actions, old_logp, old_values, adv, returns) -> dict:

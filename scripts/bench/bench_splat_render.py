@@ -58,7 +58,10 @@ def kernel_case(scene, route, width: int, height: int, far: float, cams: int = 1
     # the split, one thread, camera by camera
     t_proj = t_sort = t_comp = 0.0
     for c in range(cams):
-        pa = (*arrays, views[c], intr[c], width, height, np.float32(0.01), np.float32(far), np.float32(0.005))
+        none = (np.zeros((0, 3), np.float32), np.zeros((0, 6), np.float32), np.zeros(0, np.float32),
+                np.zeros((0, arrays[3].shape[1], 3), np.float32))
+        pa = (*arrays, views[c], intr[c], width, height, np.float32(0.01), np.float32(far), np.float32(0.005), 0,
+              -1, *none)
         t_ps = _time(lambda: k.project_camera(*pa), 3)  # noqa: B023
         data, rect = k.project_camera(*pa)
         depth = np.ascontiguousarray(data[:, 9])

@@ -101,10 +101,30 @@ class RouteSet:
         j = torch.minimum(index[:, None] + steps, self.num_points[scene][:, None] - 1)
         return self.points[scene[:, None], j]
 
-    def obstacle_clearance(self, x: torch.Tensor, scene: torch.Tensor, p: VehicleParams) -> torch.Tensor:
-        """``[N]`` smallest distance [m] between the car's body circles and any obstacle box (<= 0: collision)."""
+    def pose_at(self, scene: torch.Tensor, arc: torch.Tensor, lateral: torch.Tensor) -> torch.Tensor:
+        """World pose ``[..., 3]`` (x, y, heading) at arc length ``arc [N, M]`` and lateral offset (left +) along
+        the centreline of each env's scene ``scene [N]``."""
+        arcs = self.arc[scene]  # [N, P]
+        last = (self.num_points[scene] - 2)[:, None]
+        j = (torch.searchsorted(arcs.contiguous(), arc.contiguous(), right=True) - 1).clamp(min=0)
+        j = torch.minimum(j, last)
+        t = ((arc - arcs.gather(1, j)) / self.seg_len[scene].gather(1, j).clamp_min(1e-9)).clamp(0, 1)
+        pts = self.points[scene]  # [N, P, 2]
+        a = pts.gather(1, j[..., None].expand(-1, -1, 2))
+        b = pts.gather(1, (j + 1)[..., None].expand(-1, -1, 2))
+        h = self.heading[scene].gather(1, j)
+        centre = a + t[..., None] * (b - a)
+        return torch.stack([centre[..., 0] - torch.sin(h) * lateral, centre[..., 1] + torch.cos(h) * lateral, h], -1)
+
+    def obstacle_clearance(self, x: torch.Tensor, scene: torch.Tensor, p: VehicleParams,
+                           extra: torch.Tensor | None = None) -> torch.Tensor:
+        """``[N]`` smallest distance [m] between the car's body circles and any obstacle box (<= 0: collision);
+        ``extra [N, M, 5]``: more boxes per env (moving cars)."""
         centres, radius = body_circles(x, p)  # [N, C, 2]
         boxes, mask = self.boxes[scene], self.box_mask[scene]  # [N, O, 5], [N, O]
+        if extra is not None and extra.shape[1]:
+            boxes = torch.cat([boxes, extra], 1)
+            mask = torch.cat([mask, torch.ones(extra.shape[:2], dtype=torch.bool, device=mask.device)], 1)
         rel = centres[:, :, None, :] - boxes[:, None, :, :2]  # [N, C, O, 2]
         c, s = torch.cos(boxes[..., 2])[:, None], torch.sin(boxes[..., 2])[:, None]
         lx, ly = c * rel[..., 0] + s * rel[..., 1], -s * rel[..., 0] + c * rel[..., 1]
@@ -143,7 +163,7 @@ class DriveSim(SimBackend):
 
     def __init__(self, num_envs: int, device, scenes: list[tuple[GaussianScene, Route]],
                  params: VehicleParams | None = None, cameras: tuple[CameraSpec, ...] = (CameraSpec(),),
-                 far: float = 40.0, kernel: str = "auto"):
+                 far: float = 40.0, kernel: str = "auto", moving_cars: int = 0):
         self.num_envs, self.device = num_envs, torch.device(device)
         self.params = params or VehicleParams()
         self.cameras, self.far, self.kernel = tuple(cameras), float(far), kernel
@@ -152,20 +172,46 @@ class DriveSim(SimBackend):
         self.x = torch.zeros(num_envs, STATE.dim, device=self.device)
         self.scene = torch.arange(num_envs, device=self.device) % len(scenes)  # scene of each env
         self.hint = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # last tracked centreline index
+        # moving cars: per env, (arc [m], lateral [m], speed [m/s]) along the route; geometry and Gaussians
+        self.movers = torch.zeros(num_envs, moving_cars, 3, device=self.device)
+        self._car = _car_template(moving_cars) if moving_cars else None
 
     def step(self, controls: torch.Tensor) -> None:
         self.x = bicycle_step(self.x, controls, self.params)
+        self.movers = self.advance_movers(self.movers)
+
+    def advance_movers(self, movers: torch.Tensor, scene: torch.Tensor | None = None) -> torch.Tensor:
+        """Moving cars one step later: along the route at their speed, stopping 6 m before its end."""
+        if not movers.shape[1]:
+            return movers
+        scene = self.scene if scene is None else scene
+        end = (self.routes.length[scene] - 6.0)[:, None]
+        arc = torch.minimum(movers[..., 0] + movers[..., 2] * self.params.dt, end)
+        speed = torch.where(arc >= end, torch.zeros_like(arc), movers[..., 2])
+        return torch.stack([arc, movers[..., 1], speed], -1)
+
+    def mover_boxes(self, movers: torch.Tensor | None = None, scene: torch.Tensor | None = None) -> torch.Tensor:
+        """``[N, M, 5]`` (x, y, yaw, half length, half width) of the moving cars."""
+        movers = self.movers if movers is None else movers
+        scene = self.scene if scene is None else scene
+        if not movers.shape[1]:
+            return movers.new_zeros(movers.shape[0], 0, 5)
+        pose = self.routes.pose_at(scene, movers[..., 0], movers[..., 1])
+        half = pose.new_tensor([CAR_SIZE[0] / 2, CAR_SIZE[1] / 2]).expand(*pose.shape[:2], 2)
+        return torch.cat([pose, half], -1)
 
     def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
         self.x[env_ids] = state
 
     def get_state(self) -> dict[str, torch.Tensor]:
-        return {"x": self.x.clone(), "scene": self.scene.clone(), "hint": self.hint.clone()}
+        return {"x": self.x.clone(), "scene": self.scene.clone(), "hint": self.hint.clone(),
+                "movers": self.movers.clone()}
 
     def set_state(self, state: dict[str, torch.Tensor]) -> None:
         self.x = state["x"].clone().to(self.device)
         self.scene = state["scene"].clone().to(self.device)
         self.hint = state["hint"].clone().to(self.device)
+        self.movers = state["movers"].clone().to(self.device)
 
     def track(self):
         """Centreline tracking of every car (updates the search hint): ``(index, arc, lateral, heading)``."""
@@ -190,11 +236,23 @@ class DriveSim(SimBackend):
             intr = torch.tensor([_intrinsics(cam) for cam in self.cameras], device=self.device)
             intr = intr.repeat_interleave(rows.numel(), 0)
             rgb = render_views(self.splats[s], views, intr, first.width, first.height, bg=SKY, far=self.far,
-                               kernel=self.kernel)["rgb"]  # [C * K, H, W, 3]
+                               kernel=self.kernel, dynamic=self._dynamic(ids[rows]))["rgb"]  # [C * K, H, W, 3]
             rgb = rgb.reshape(len(self.cameras), rows.numel(), first.height, first.width, 3)
             out[rows] = rgb.permute(1, 0, 4, 2, 3).to(self.device)
         return out
 
+
+    def _dynamic(self, ids: torch.Tensor):
+        """The moving cars of ``ids`` as the renderer's dynamic Gaussians, camera-major (None without cars)."""
+        if self._car is None:
+            return None
+        local, cov6, op, sh = self._car  # [M, T, 3] per mover slot
+        boxes = self.mover_boxes()[ids].cpu()  # [K, M, 5]
+        c, s = torch.cos(boxes[..., 2:3]), torch.sin(boxes[..., 2:3])  # [K, M, 1]
+        lx, ly, lz = (torch.from_numpy(local[..., i])[None] for i in range(3))
+        world = torch.stack([boxes[..., 0:1] + c * lx - s * ly, boxes[..., 1:2] + s * lx + c * ly,
+                             lz.expand(ids.numel(), -1, -1)], -1).reshape(ids.numel(), -1, 3)
+        return world.repeat(len(self.cameras), 1, 1).float().numpy(), cov6, op, sh
 
     def _render_merged(self, ids: torch.Tensor) -> torch.Tensor:
         """The numba kernel on every camera of every env in one parallel call (the scenes' arrays merged once)."""
@@ -209,7 +267,7 @@ class DriveSim(SimBackend):
         intr = np.repeat(np.array([_intrinsics(cam) for cam in self.cameras], np.float32), k, 0)
         cam_chunks = np.tile(ranges[self.scene[ids].numpy()], (len(self.cameras), 1))
         rgb = render_cameras(*arrays, views, intr, first.width, first.height, 0.01, self.far, 0.005, SKY,
-                             cam_chunks)[0]
+                             cam_chunks, self._dynamic(ids))[0]
         rgb = torch.from_numpy(rgb).reshape(len(self.cameras), k, first.height, first.width, 3)
         return rgb.permute(1, 0, 4, 2, 3)
 
@@ -230,6 +288,30 @@ def _merge(arrays: list[tuple]) -> tuple[tuple, np.ndarray]:
               np.concatenate([a[2] for a in arrays]), np.ascontiguousarray(np.concatenate(sh)), chunk_off,
               np.concatenate([a[5] for a in arrays]))
     return merged, np.asarray(ranges, np.int64)
+
+
+CAR_SIZE = (4.2, 1.8, 1.5)  # [m] moving cars, as the procedural parked ones
+CAR_COLOURS = ((0.8, 0.1, 0.1), (0.1, 0.3, 0.8), (0.9, 0.8, 0.1), (0.2, 0.7, 0.3), (0.9, 0.9, 0.9))
+
+
+def _car_template(slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The Gaussians of a car as the kernel's dynamic arrays: local means per slot ``[M, T, 3]`` (centre of the
+    footprint at the origin, facing +x), and the flat ``cov6 [M T, 6]``, opacity, SH of every slot's car (a colour
+    per slot). The Gaussians are isotropic, so a yawed car keeps its covariances."""
+    from embodied.kernels.splat_numba import cov_upper
+    from embodied.sim_backends.splat.procedural import _Builder
+    from embodied.sim_backends.splat.reference import covariance3d
+
+    scenes = []
+    for i in range(slots):
+        b = _Builder(np.random.default_rng(i))
+        b.box([0.0, 0.0, 0.0], list(CAR_SIZE), 0.0, CAR_COLOURS[i % len(CAR_COLOURS)], 0.15)
+        scenes.append(b.scene())
+    local = np.stack([s.means for s in scenes]).astype(np.float32)
+    cov = covariance3d(torch.as_tensor(np.concatenate([s.log_scales for s in scenes])),
+                       torch.as_tensor(np.concatenate([s.quats for s in scenes])))
+    op = torch.sigmoid(torch.as_tensor(np.concatenate([s.opacity_logits for s in scenes]))).numpy()
+    return local, cov_upper(cov), op.astype(np.float32), np.concatenate([s.sh for s in scenes]).astype(np.float32)
 
 
 def _intrinsics(cam: CameraSpec) -> list[float]:

@@ -80,9 +80,10 @@ def render(scene: SplatScene, cameras: list[Camera], bg=(0.0, 0.0, 0.0), near: f
 
 def render_views(scene: SplatScene, views: torch.Tensor, intr: torch.Tensor, width: int, height: int,
                  bg=(0.0, 0.0, 0.0), near: float = 0.01, far: float = 1e10, min_opacity: float = 0.005,
-                 kernel: str = "auto", pixel_block: int | None = 1024) -> dict[str, torch.Tensor]:
+                 kernel: str = "auto", pixel_block: int | None = 1024, dynamic=None) -> dict[str, torch.Tensor]:
     """``render`` for batched camera tensors: ``views [C, 4, 4]`` world -> camera, ``intr [C, 4]`` (fx, fy, cx,
-    cy). Outputs on the scene's device."""
+    cy). ``dynamic``: ``(means [C, D, 3], cov6 [D, 6], opacity [D], sh [D, K, 3])`` numpy float32, Gaussians that
+    move per camera (cars), drawn after the scene's in the tie order. Outputs on the scene's device."""
     if kernel not in ("auto", "numba", "torch"):
         raise UserError(f"splat kernel must be auto, numba or torch, got {kernel!r}")
     use_numba = kernel == "numba" or (kernel == "auto" and scene.device.type == "cpu")
@@ -93,16 +94,31 @@ def render_views(scene: SplatScene, views: torch.Tensor, intr: torch.Tensor, wid
 
         rgb, depth, alpha, _ = render_cameras(*scene.numba_arrays(), views.detach().cpu().float().numpy(),
                                               intr.detach().cpu().float().numpy(), width, height, near, far,
-                                              min_opacity, bg)
+                                              min_opacity, bg, dynamic=dynamic)
         return {"rgb": torch.from_numpy(rgb), "depth": torch.from_numpy(depth), "alpha": torch.from_numpy(alpha)}
-    keep = scene.opacity >= min_opacity
     outs = []
     dt = scene.means.dtype
-    for view, (fx, fy, cx, cy) in zip(views.to(scene.device, dt), intr.tolist()):
-        p = project(scene.means, scene.cov3, view, fx, fy, cx, cy, width, height, near, far)
+    means, cov3, opacity, sh = scene.means, scene.cov3, scene.opacity, scene.sh
+    for c, (view, (fx, fy, cx, cy)) in enumerate(zip(views.to(scene.device, dt), intr.tolist())):
+        if dynamic is not None:
+            d = [torch.as_tensor(a, device=scene.device) for a in dynamic]
+            full = torch.zeros(d[1].shape[0], 3, 3, dtype=dt, device=scene.device)
+            for col, (a, b) in enumerate(((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
+                full[:, a, b] = full[:, b, a] = d[1][:, col].to(dt)  # cov6 (xx, xy, xz, yy, yz, zz) -> 3x3
+            k = max(scene.sh.shape[1], d[3].shape[1])
+            means, cov3 = torch.cat([scene.means, d[0][c].to(dt)]), torch.cat([scene.cov3, full])
+            opacity = torch.cat([scene.opacity, d[2].to(dt)])
+            sh = torch.cat([_pad_sh(scene.sh, k), _pad_sh(d[3].to(dt), k)])
+        keep = opacity >= min_opacity
+        p = project(means, cov3, view, fx, fy, cx, cy, width, height, near, far)
         campos = -(view[:3, :3].T @ view[:3, 3])
-        rgb = sh_to_rgb(scene.sh, scene.means, campos)
-        outs.append(raster_reference.composite(p["means2d"], p["conic"], scene.opacity, rgb, p["depth"],
+        rgb = sh_to_rgb(sh, means, campos)
+        outs.append(raster_reference.composite(p["means2d"], p["conic"], opacity, rgb, p["depth"],
                                                p["radius"], p["valid"] & keep, width, height, bg, pixel_block))
     return {name: torch.stack([o[i].to(scene.device, torch.float32) for o in outs])
             for i, name in enumerate(("rgb", "depth", "alpha"))}
+
+
+def _pad_sh(sh: torch.Tensor, k: int) -> torch.Tensor:
+    """SH coefficients ``[N, K', 3]`` padded with zeros to ``K`` (a lower degree: the extra terms add nothing)."""
+    return torch.cat([sh, sh.new_zeros(sh.shape[0], k - sh.shape[1], 3)], 1)

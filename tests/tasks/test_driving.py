@@ -91,3 +91,66 @@ def test_ppo_learns_lane_keeping_from_state(tmp_path):
     _, summary = train(cfg)
     assert summary["eval/route_completion"] >= 0.9
     assert summary["eval/collision"] <= 0.1
+
+
+def test_anchor_actions_train_a_categorical_ppo_head(tmp_path):
+    """actions=anchors: MultiDiscrete([9, 9]); PPO builds a categorical head per dimension, samples indices, and its
+    deterministic action is the most likely index; off-policy learners refuse it with one line."""
+    import gymnasium as gym
+    import pytest
+
+    from embodied.config import load_config
+    from embodied.core.errors import UserError
+    from embodied.policies.actor_critic import CategoricalActor, MultiCategorical
+    from embodied.train import train
+
+    env = embodied.make_env("drive-lane-keep", num_envs=2, observation="state", actions="anchors")
+    assert isinstance(env.single_action_space, gym.spaces.MultiDiscrete)
+    env.reset(seed=0)
+    env.step(torch.tensor([[8.0, 4.0], [0.0, 4.0]]))  # full left lock / full right lock, coasting
+    assert float(env.sim.x[0, 4]) > 0 > float(env.sim.x[1, 4])
+    # the categorical distribution, exactly
+    logits = [torch.log(torch.tensor([[0.2, 0.8]])), torch.log(torch.tensor([[0.5, 0.25, 0.25]]))]
+    d = MultiCategorical(logits)
+    assert d.log_prob(torch.tensor([[1.0, 2.0]])).exp()[0].tolist() == pytest.approx([0.8, 0.25])
+    assert d.mode.tolist() == [[1.0, 0.0]]
+    cfg = load_config("drive-lane-keep", overrides=["env.observation=state", "env.actions=anchors",
+                                                    "total_steps=2048", "log.eval_every=0", "log.eval_episodes=4",
+                                                    "log.progress=false", "log.tensorboard=false",
+                                                    f"log.run_root={tmp_path}"])
+    run_dir, summary = train(cfg)
+    assert "eval/route_completion" in summary
+    policy = embodied.load_policy(run_dir)
+    assert isinstance(policy.actor, CategoricalActor)
+    a = policy.act(torch.zeros(3, STATE_DIM))
+    assert a.shape == (3, 2) and torch.equal(a, a.round()) and (a >= 0).all() and (a <= 8).all()
+    td3 = load_config("drive-lane-keep", overrides=["algo=td3", "env.observation=state", "env.actions=anchors",
+                                                    f"log.run_root={tmp_path}"])
+    with pytest.raises(UserError, match="continuous"):
+        train(td3)
+
+
+def test_moving_cars_drive_are_drawn_and_collide():
+    """drive-avoid: moving cars advance along the route, both renderers draw them (numba == torch), and driving
+    into one ends the episode as a collision."""
+    env = embodied.make_env("drive-avoid", num_envs=2, seed=0, scenes=1, blocking_cars=(0, 0), far=15.0,
+                            image_height=40, image_width=56,
+                            moving_ahead=(8.0, 9.0), moving_lateral=(0.0, 0.05), moving_speed=(1.0, 1.0))
+    env.reset(seed=0)
+    arc0 = env.sim.movers[:, :, 0].clone()
+    fast = env.sim.render()
+    env.sim.kernel = "torch"
+    slow = env.sim.render()
+    env.sim.kernel = "auto"
+    assert float((fast - slow).abs().max()) < 1e-3
+    red = (fast[:, 0, 0] > 0.6) & (fast[:, 0, 1] < 0.3)  # slot 0's car is red
+    assert int(red.sum()) > 30
+    hit = torch.zeros(2, dtype=torch.bool)
+    for _ in range(40):  # full throttle into the car ahead
+        _, _, term, _, info = env.step(torch.tensor([[0.0, 1.0], [0.0, 1.0]]))
+        if term.any():
+            assert float(info["final_info"]["collision"][term].min()) == 1.0
+            hit |= term
+            break
+    assert hit.any()
+    assert (env.sim.movers[~hit, :, 0] > arc0[~hit]).all() or hit.all()

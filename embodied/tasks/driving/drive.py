@@ -37,6 +37,7 @@ LOOKAHEAD = (5.0, 10.0, 20.0, 30.0)  # [m] centreline points in the state observ
 NEAREST_OBSTACLES = 2
 STATE_DIM = 6 + 2 * len(LOOKAHEAD) + 3 * NEAREST_OBSTACLES
 # anchor manoeuvres for probing: (steer, accel) as fractions of their limits, held for the probe horizon
+ANCHOR_LEVELS = 9  # actions=anchors: MultiDiscrete([9, 9]) over (steer, accel) levels, GSDrive's action space
 ANCHORS = ((0.0, 0.0), (-0.3, 0.0), (0.3, 0.0), (-0.8, 0.0), (0.8, 0.0), (0.0, -0.5))
 
 
@@ -53,6 +54,10 @@ class DriveConfig:
     split: str = "train"  # train | test (held-out scenes; what evaluation uses)
     scene_dir: str = ""  # a scene directory (scene.ply + route.json) instead of procedural scenes
     blocking_cars: tuple[int, int] = (0, 0)  # procedural: cars standing on the centreline, per scene
+    moving_cars: int = 0  # per env: slower cars driving the route ahead, partly in the way
+    moving_ahead: tuple[float, float] = (15.0, 60.0)  # [m] where they start, ahead of the car
+    moving_speed: tuple[float, float] = (1.5, 4.5)  # [m/s]
+    moving_lateral: tuple[float, float] = (0.4, 1.2)  # [m] +- offset from the centreline
     start_arc: tuple[float, float] = (2.0, 12.0)  # [m] where episodes start along the route
     start_lateral: float = 0.5  # [m] +- offset from the centreline at the start
     start_heading: float = 0.1  # [rad] +- heading error at the start
@@ -62,6 +67,7 @@ class DriveConfig:
     reward: dict = field(default_factory=lambda: {
         "survival": 0.2, "proximity": 0.2, "progress": 1.0, "alignment": 0.2, "approach": 2.0, "comfort": 0.05,
         "collision": 5.0, "offroad": 6.0})
+    actions: str = "continuous"  # continuous (steer, accel) | anchors: GSDrive's MultiDiscrete([9, 9])
     probing: bool = False
     probe_steps: int = 3
     probe_weight: float = 0.5
@@ -94,7 +100,9 @@ def _camera_specs(cfg: DriveConfig) -> tuple[CameraSpec, ...]:
 
 class DriveEnv(ManagedVecEnv):
     """Action ``[steer, accel]`` in [-1, 1]: the steering command ``steer * max_steer`` and the acceleration
-    command ``accel * max_accel`` (``accel * max_brake`` when negative), both rate-limited by the car."""
+    command ``accel * max_accel`` (``accel * max_brake`` when negative), both rate-limited by the car. With
+    ``actions=anchors`` the action is a pair of indices ``MultiDiscrete([9, 9])`` picking one of the 9 x 9 anchor
+    manoeuvres, levels ``-1 + i / 4`` of the same two commands (GSDrive's anchor grid, for the bicycle model)."""
 
     control_dt = VehicleParams.dt
 
@@ -111,7 +119,8 @@ class DriveEnv(ManagedVecEnv):
         self.weights = {**DriveConfig().reward, **cfg.reward}
         self.cameras = _camera_specs(cfg)
         self.sim = make_backend(choose_backend(task, cfg.backend), "car", self.num_envs, self.device,
-                                scenes=_scenes(cfg), cameras=self.cameras, far=cfg.far, kernel=cfg.render_kernel)
+                                scenes=_scenes(cfg), cameras=self.cameras, far=cfg.far, kernel=cfg.render_kernel,
+                                moving_cars=cfg.moving_cars)
         self.params = self.sim.params
         n = self.num_envs
         z = lambda dtype=torch.float32: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
@@ -124,7 +133,10 @@ class DriveEnv(ManagedVecEnv):
         pol_dim = STATE_DIM if cfg.observation == "state" else int(np.prod(self.image_shape)) + 2
         self.single_observation_space = gym.spaces.Dict({
             "policy": box(-np.inf, np.inf, (pol_dim,)), "critic": box(-np.inf, np.inf, (STATE_DIM + 2,))})
-        self.single_action_space = box(-1.0, 1.0, (2,))
+        if cfg.actions not in ("continuous", "anchors"):
+            raise UserError(f"actions must be continuous or anchors, got {cfg.actions!r}")
+        self.single_action_space = box(-1.0, 1.0, (2,)) if cfg.actions == "continuous" else \
+            gym.spaces.MultiDiscrete([ANCHOR_LEVELS, ANCHOR_LEVELS])
 
     # ---- episode start --------------------------------------------------------------------------------------
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
@@ -147,10 +159,18 @@ class DriveEnv(ManagedVecEnv):
         self.index[env_ids], self.arc[env_ids], self.lateral[env_ids] = idx, arc_t, lat_t
         self.heading[env_ids], self.start_arc[env_ids] = head_t, arc_t
         self.prev_accel[env_ids] = 0.0
+        m = c.moving_cars
+        if m:
+            v = lambda lo_hi: lo_hi[0] + (lo_hi[1] - lo_hi[0]) * torch.rand(k, m, generator=g, device=dev)  # noqa
+            side = torch.where(torch.rand(k, m, generator=g, device=dev) < 0.5, -1.0, 1.0)
+            self.sim.movers[env_ids] = torch.stack([arc_t[:, None] + v(c.moving_ahead), side * v(c.moving_lateral),
+                                                    v(c.moving_speed)], -1)
         self._stale[env_ids] = True
 
     # ---- step -----------------------------------------------------------------------------------------------
     def _controls(self, action: torch.Tensor) -> torch.Tensor:
+        if self.cfg.actions == "anchors":  # index i of 9 -> level -1 + 2 i / 8 (steer, then acceleration)
+            action = -1.0 + 2.0 * action.round().clamp(0, ANCHOR_LEVELS - 1) / (ANCHOR_LEVELS - 1)
         a = action.clamp(-1, 1)
         p = self.params
         accel = torch.where(a[:, 1] >= 0, a[:, 1] * p.max_accel, a[:, 1] * p.max_brake)
@@ -168,7 +188,7 @@ class DriveEnv(ManagedVecEnv):
         w, x, p = self.weights, self.sim.x, self.params
         lat = self.lateral.abs()
         herr = _wrap(x[:, 2] - self.heading).abs()
-        clearance = self.sim.routes.obstacle_clearance(x, self.sim.scene, p)
+        clearance = self.sim.routes.obstacle_clearance(x, self.sim.scene, p, self.sim.mover_boxes())
         collision = clearance <= 0
         offroad = lat > self.sim.routes.half_width[self.sim.scene] + self.cfg.offroad_margin
         arrived = self.arc >= self.sim.routes.length[self.sim.scene] - self.cfg.goal_margin
@@ -212,6 +232,7 @@ class DriveEnv(ManagedVecEnv):
         x = self.sim.x[:, None, :].expand(n, k, -1).reshape(n * k, -1)
         scene = self.sim.scene.repeat_interleave(k)
         hint, arc0 = self.index.repeat_interleave(k), self.arc.repeat_interleave(k)
+        movers = self.sim.movers.repeat_interleave(k, 0)
         ctrl = ctrl.repeat(n, 1)
         half = routes.half_width[scene]
         total = torch.zeros(n * k, device=self.device)
@@ -220,7 +241,8 @@ class DriveEnv(ManagedVecEnv):
         for t in range(self.cfg.probe_steps):
             x = bicycle_step(x, ctrl, p)
             hint, arc, lat, _ = routes.track(x[:, :2], scene, hint)
-            hit = routes.obstacle_clearance(x, scene, p) <= 0
+            movers = self.sim.advance_movers(movers, scene)
+            hit = routes.obstacle_clearance(x, scene, p, self.sim.mover_boxes(movers, scene)) <= 0
             off = lat.abs() > half
             r = (0.3 + 0.2 * (arc - arc_prev) + 0.15 * _steps(lat.abs(), (0.3, 0.5, 1.0, 2.0, 3.0),
                                                                 (1.0, 0.8, 0.5, 0.2, 0.05))
@@ -246,6 +268,10 @@ class DriveEnv(ManagedVecEnv):
 
         ahead = ego(routes.ahead(scene, self.index, torch.tensor(LOOKAHEAD, device=self.device))) / 20.0
         boxes, mask = routes.boxes[scene], routes.box_mask[scene]
+        movers = self.sim.mover_boxes()
+        if movers.shape[1]:
+            boxes = torch.cat([boxes, movers], 1)
+            mask = torch.cat([mask, torch.ones(movers.shape[:2], dtype=torch.bool, device=mask.device)], 1)
         rel = ego(boxes[..., :2])
         dist = rel.norm(dim=-1)
         dist = torch.where(mask & (rel[..., 0] > -5.0), dist, torch.full_like(dist, 1e3))
@@ -292,9 +318,17 @@ class DriveEnv(ManagedVecEnv):
                            shape=self.image_shape),
                       Term("speed", 1, "10 m/s", "car"), Term("steer", 1, "1", "car", "steering angle / max"))
         critic = (*state_terms, Term("progress", 1, "1"), Term("time", 1, "1"))
-        action = (ActionTerm("steer", 1, "rad", scale=p.max_steer, description="steering angle command"),
-                  ActionTerm("accel", 1, "m/s^2", scale=p.max_accel,
-                             description=f"acceleration command; negative values scale by {p.max_brake} (brake)"))
+        if self.cfg.actions == "anchors":
+            top, step = ANCHOR_LEVELS - 1, 2.0 / (ANCHOR_LEVELS - 1)
+            action = (ActionTerm("steer", 1, "rad", 0, top, step * p.max_steer, -p.max_steer,
+                                 "anchor index: steering angle command"),
+                      ActionTerm("accel", 1, "m/s^2", 0, top, step * p.max_accel, -p.max_accel,
+                                 f"anchor index: acceleration command (below level 4 it scales by {p.max_brake})"))
+        else:
+            action = (ActionTerm("steer", 1, "rad", scale=p.max_steer, description="steering angle command"),
+                      ActionTerm("accel", 1, "m/s^2", scale=p.max_accel,
+                                 description=f"acceleration command; negative values scale by {p.max_brake} "
+                                             "(brake)"))
         return Layout({"policy": policy, "critic": critic}, action, 1.0 / self.control_dt)
 
     # ---- rendering, checkpoints -----------------------------------------------------------------------------
@@ -337,6 +371,7 @@ def _eval(cfg: DriveConfig) -> DriveConfig:
 @dataclass
 class DriveAvoidConfig(DriveConfig):
     blocking_cars: tuple[int, int] = (2, 4)
+    moving_cars: int = 2
 
 
 SWEEP = {"episode_steps": 40, "scenes": 2}

@@ -23,7 +23,7 @@ def drive_frame(env, i: int = 0, size: int = 256) -> np.ndarray:
     routes, s = env.sim.routes, int(env.sim.scene[i])
     pts = routes.points[s, :int(routes.num_points[s])].cpu().numpy()
     x = env.sim.x[i].cpu().numpy()
-    lo, hi = pts.min(0) - 8.0, pts.max(0) + 8.0
+    lo, hi = x[:2] - 20.0, x[:2] + 20.0  # a 40 m window around the car
     k = (size - 8) / float(max(hi - lo))
 
     def px(p):
@@ -37,6 +37,8 @@ def drive_frame(env, i: int = 0, size: int = 256) -> np.ndarray:
     for box, ok in zip(routes.boxes[s].cpu().numpy(), routes.box_mask[s].cpu().numpy()):
         if ok:
             _rect(cv2, m, px, box[:2], box[2], box[3], box[4], (200, 60, 40))
+    for box in env.sim.mover_boxes()[i].cpu().numpy():
+        _rect(cv2, m, px, box[:2], box[2], box[3], box[4], (220, 160, 30))
     p = env.params
     centre = x[:2] + (0.5 * p.length - p.rear_overhang) * np.array([math.cos(x[2]), math.sin(x[2])])
     _rect(cv2, m, px, centre, x[2], 0.5 * p.length, 0.5 * p.width, (30, 90, 220))
