@@ -124,7 +124,7 @@ def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr
     return data[order], rect[order]
 
 
-@njit(cache=True, fastmath=True, inline="always")
+@njit(cache=True, fastmath=True)
 def _project_range(means, cov6, opacity, sh, start, stop, view, fx, fy, cx, cy, width, height, near, far,
                    min_opacity, px, py, pz, data, rect, depth, rgb, basis, m):
     lim_x, lim_y = 1.3 * 0.5 * width / fx, 1.3 * 0.5 * height / fy
