@@ -51,4 +51,4 @@ def record_video(policy, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
         if bool(terminated[0] or truncated[0]):
             break
     out_dir.mkdir(parents=True, exist_ok=True)
-    return write_video(frames, out_dir / f"{cfg.task}_seed{seed}.gif", fps=round(1.0 / (every * dt)))
+    return write_video(frames, out_dir / f"{cfg.task}_seed{seed}.mp4", fps=round(1.0 / (every * dt)))

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied.core.errors import UserError
+
 
 def _figure(size=(4.8, 4.8), dpi=80, projection=None):
     import matplotlib
@@ -65,11 +67,24 @@ def pendulum_frame(theta: float, t: float) -> np.ndarray:
 
 
 def write_video(frames: list[np.ndarray], path: Path, fps: int) -> Path:
-    """GIF (always available through Pillow); mp4 when the path asks for it and ffmpeg exists."""
+    """mp4 (MPEG-4 Part 2) through OpenCV's own encoder, no ffmpeg needed; GIF through Pillow; other suffixes
+    through imageio."""
     import imageio.v2 as imageio
 
     path = Path(path)
-    if path.suffix == ".gif":
+    if path.suffix == ".mp4":
+        import cv2
+
+        h, w = frames[0].shape[:2]
+        h2, w2 = h + h % 2, w + w % 2  # the codec wants even sizes
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (w2, h2))
+        if not writer.isOpened():
+            raise UserError(f"OpenCV cannot write the video {path}")
+        for f in frames:
+            f = np.pad(np.asarray(f, np.uint8)[..., :3], ((0, h2 - h), (0, w2 - w), (0, 0)))
+            writer.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+        writer.release()
+    elif path.suffix == ".gif":
         imageio.mimsave(path, frames, duration=1.0 / fps, loop=0)
     else:
         imageio.mimsave(path, frames, fps=fps)

@@ -154,3 +154,20 @@ def test_moving_cars_drive_are_drawn_and_collide():
             break
     assert hit.any()
     assert (env.sim.movers[~hit, :, 0] > arc0[~hit]).all() or hit.all()
+
+
+def test_frame_stack_shifts_frames_and_survives_a_checkpoint():
+    env = embodied.make_env("drive-lane-keep", num_envs=2, seed=0, frame_stack=3, image_height=40, image_width=56)
+    obs, _ = env.reset(seed=0)
+    c = 3 * 40 * 56
+    img = obs["policy"][:, :3 * c].reshape(2, 3, c)
+    assert torch.equal(img[:, 0], img[:, 2]) and torch.equal(img[:, 1], img[:, 2])  # first frame fills the stack
+    obs2, *_ = env.step(torch.tensor([[0.0, 1.0], [0.0, 1.0]]))
+    img2 = obs2["policy"][:, :3 * c].reshape(2, 3, c)
+    assert torch.equal(img2[:, 1], img[:, 2]) and not torch.equal(img2[:, 2], img[:, 2])  # shifted by one
+    state = env.state_dict()
+    act = torch.tensor([[0.2, 0.5], [-0.2, 0.5]])
+    expected = env.step(act)[0]["policy"]
+    fresh = embodied.make_env("drive-lane-keep", num_envs=2, seed=5, frame_stack=3, image_height=40, image_width=56)
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.step(act)[0]["policy"], expected)

@@ -48,6 +48,7 @@ class DriveConfig:
     cameras: int = 1  # 1: front; 2: front, front-left; 3: front, front-left, front-right
     image_height: int = 64
     image_width: int = 112
+    frame_stack: int = 1  # the last k frames of every camera, oldest first, as channels of the image term
     far: float = 40.0  # [m] distance culling of the renderer
     render_kernel: str = "auto"  # auto | numba | torch
     scenes: int = 8  # procedural scenes of the split (envs are spread over them)
@@ -127,9 +128,13 @@ class DriveEnv(ManagedVecEnv):
         self.start_arc, self.arc, self.lateral, self.heading = z(), z(), z(), z()
         self.index = z(torch.long)
         self.prev_accel = z()
-        self.image_shape = (3 * len(self.cameras), cfg.image_height, cfg.image_width)
+        if not 1 <= cfg.frame_stack <= 8:
+            raise UserError(f"frame_stack must be 1-8, got {cfg.frame_stack}")
+        self._frame = (3 * len(self.cameras), cfg.image_height, cfg.image_width)  # one render of every camera
+        self.image_shape = (cfg.frame_stack * self._frame[0], *self._frame[1:])
         self._image = torch.zeros(n, *self.image_shape, device=self.device)
         self._stale = torch.ones(n, dtype=torch.bool, device=self.device)  # images to render before observing
+        self._first = torch.ones(n, dtype=torch.bool, device=self.device)  # episode starts: fill the whole stack
         pol_dim = STATE_DIM if cfg.observation == "state" else int(np.prod(self.image_shape)) + 2
         self.single_observation_space = gym.spaces.Dict({
             "policy": box(-np.inf, np.inf, (pol_dim,)), "critic": box(-np.inf, np.inf, (STATE_DIM + 2,))})
@@ -166,6 +171,7 @@ class DriveEnv(ManagedVecEnv):
             self.sim.movers[env_ids] = torch.stack([arc_t[:, None] + v(c.moving_ahead), side * v(c.moving_lateral),
                                                     v(c.moving_speed)], -1)
         self._stale[env_ids] = True
+        self._first[env_ids] = True
 
     # ---- step -----------------------------------------------------------------------------------------------
     def _controls(self, action: torch.Tensor) -> torch.Tensor:
@@ -294,9 +300,17 @@ class DriveEnv(ManagedVecEnv):
             return {"policy": state, "critic": critic}
         if self._stale.any():
             ids = self._stale.nonzero().squeeze(1)
-            img = self.sim.render(ids)  # [K, cams, 3, H, W]
-            self._image[ids] = img.reshape(ids.numel(), *self.image_shape)
+            img = self.sim.render(ids).reshape(ids.numel(), *self._frame)  # [K, cams * 3, H, W]
+            k = self.cfg.frame_stack
+            if k == 1:
+                self._image[ids] = img
+            else:  # shift the stack by one frame; an episode's first frame fills every slot
+                c = self._frame[0]
+                old = self._image[ids]
+                stacked = torch.cat([old[:, c:], img], 1)
+                self._image[ids] = torch.where(self._first[ids, None, None, None], img.repeat(1, k, 1, 1), stacked)
             self._stale[ids] = False
+            self._first[ids] = False
         x = self.sim.x
         proprio = torch.stack([x[:, 3] / 10.0, x[:, 4] / self.params.max_steer], -1)
         return {"policy": torch.cat([self._image.reshape(self.num_envs, -1), proprio], -1), "critic": critic}
@@ -340,7 +354,8 @@ class DriveEnv(ManagedVecEnv):
     def state_dict(self) -> dict:
         return {**super().state_dict(), "sim": self.sim.get_state(),
                 "track": torch.stack([self.start_arc, self.arc, self.lateral, self.heading, self.prev_accel]),
-                "index": self.index.clone()}
+                "index": self.index.clone(),
+                "frames": self._image.clone() if self.cfg.frame_stack > 1 else None}
 
     def load_state_dict(self, state) -> None:
         super().load_state_dict(state)
@@ -349,6 +364,10 @@ class DriveEnv(ManagedVecEnv):
             t.clone().to(self.device) for t in state["track"])
         self.index = state["index"].clone().to(self.device)
         self._stale[:] = True
+        if self.cfg.frame_stack > 1:  # the stack holds past frames (taken after the last observation): restore it
+            self._image = state["frames"].clone().to(self.device)
+            self._stale[:] = False
+            self._first[:] = False
 
 
 def _wrap(a: torch.Tensor) -> torch.Tensor:
