@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -262,3 +263,32 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(capfd, tmp_pat
     warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and newest.name in warnings[0] and intact.name in warnings[0], err[-2000:]
     assert "Traceback" not in err
+
+
+# ---- driving scenes (issue 10): a scene directory without its route, a .ply lacking a property -------------
+@pytest.mark.parametrize("case,word", [("no-route", "route"), ("no-opacity", "opacity"), ("cameras", "cameras"),
+                                       ("actions", "actions")])
+def test_bad_driving_inputs(user_error, tmp_path, case, word):
+    from embodied.sim_backends.splat.procedural import write_scene
+
+    scene = tmp_path / "scene"
+    overrides = [f"env.scene_dir={scene}", "env.observation=state"]
+    if case in ("no-route", "no-opacity"):
+        write_scene(2, scene)
+        if case == "no-route":
+            (scene / "route.json").unlink()
+        else:
+            from plyfile import PlyData, PlyElement
+
+            v = PlyData.read(str(scene / "scene.ply"))["vertex"].data
+            keep = [n for n in v.dtype.names if n != "opacity"]
+            data = np.empty(len(v), dtype=[(n, "f4") for n in keep])
+            for n in keep:
+                data[n] = v[n]
+            PlyData([PlyElement.describe(data, "vertex")]).write(str(scene / "scene.ply"))
+    else:
+        overrides = {"cameras": ["env.cameras=4"], "actions": ["env.actions=joystick"]}[case]
+    line = user_error(["train", "--task", "drive-lane-keep", "--run-dir", str(tmp_path / "r"), "total_steps=64",
+                       "log.progress=false", *overrides])
+    assert word in line
+    assert not (tmp_path / "r").exists()
