@@ -82,11 +82,13 @@ def radix_argsort(keys):
 def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr, width, height, near, far,
                    min_opacity, k0, k1, dmeans, dcov6, dopacity, dsh):
     """EWA projection of the Gaussians of every chunk whose bounding sphere may be seen (in front, nearer than
-    ``far``, inside the side planes of the frustum widened by 2 px) for one camera; returns the visible ones
-    packed front to back: ``(data [M, 11], rect [M, 4])`` with data = (u, v, conic a, b, c, opacity, r, g, b,
-    depth, unused) and rect = the per-axis pixel box (x0, y0, x1, y1) inclusive, clipped to the image. Chunks
-    ``[k0, k1)`` (``k1 < 0``: to the end) are the camera's scene; ``dmeans [D, 3]`` etc. are this camera's dynamic
-    Gaussians (moving cars; D may be 0), drawn after the scene's in the tie order."""
+    ``far``, not beyond the side planes of the frustum) for one camera; returns the visible ones packed front to
+    back: ``(data [M, 11], rect [M, 4])`` with data = (u, v, conic a, b, c, opacity, r, g, b, depth, power cut =
+    ln(1 / (255 opacity)) less a margin) and rect = the per-axis pixel box (x0, y0, x1, y1) inclusive, clipped
+    to the image.
+
+    Chunks ``[k0, k1)`` (``k1 < 0``: to the end) are the camera's scene; ``dmeans [D, 3]`` etc. are this camera's
+    dynamic Gaussians (moving cars; D may be 0), drawn after the scene's in the tie order."""
     n = means.shape[0] + dmeans.shape[0]
     fx, fy, cx, cy = intr[0], intr[1], intr[2], intr[3]
     r00, r01, r02, t0 = view[0, 0], view[0, 1], view[0, 2], view[0, 3]
@@ -101,9 +103,15 @@ def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr
     depth = np.empty(n, np.float32)
     rgb = np.empty(3, np.float32)
     basis = np.empty(16, np.float32)
-    # side planes x = +-tx z, y = +-ty z (through the camera), with a 2 px margin for the dilation
+    # side planes x = +-tx z, y = +-ty z (through the camera), with a 2 px margin for the dilation. A Gaussian
+    # (std <= s) whose centre lies d = (x - t z) / sqrt(1 + t^2) beyond a plane still reaches the image when its
+    # EWA box, 3 s (fx / z) sqrt(1 + tc^2) with tc clamped to 1.3 tan(fov / 2), does: so a chunk is culled only
+    # when x - t z > rad sqrt(1 + max(t, 1.3 tan(fov / 2))^2)
     tx_l, tx_r = (cx + 2.0) / fx, (width - cx + 2.0) / fx
     ty_t, ty_b = (cy + 2.0) / fy, (height - cy + 2.0) / fy
+    lx, ly = 1.3 * 0.5 * width / fx, 1.3 * 0.5 * height / fy
+    f_l, f_r = np.sqrt(1 + max(tx_l, lx) ** 2), np.sqrt(1 + max(tx_r, lx) ** 2)
+    f_t, f_b = np.sqrt(1 + max(ty_t, ly) ** 2), np.sqrt(1 + max(ty_b, ly) ** 2)
     m = 0
     for k in range(k0, chunk_off.shape[0] - 1 if k1 < 0 else k1):  # the chunks of the camera's scene
         sx, sy, sz, rad = chunk_sphere[k, 0], chunk_sphere[k, 1], chunk_sphere[k, 2], chunk_sphere[k, 3]
@@ -112,9 +120,8 @@ def project_camera(means, cov6, opacity, sh, chunk_off, chunk_sphere, view, intr
             continue
         cxk = r00 * sx + r01 * sy + r02 * sz + t0
         cyk = r10 * sx + r11 * sy + r12 * sz + t1
-        if (cxk - tx_r * cz > rad * np.sqrt(1 + tx_r * tx_r) or -cxk - tx_l * cz > rad * np.sqrt(1 + tx_l * tx_l)
-                or cyk - ty_b * cz > rad * np.sqrt(1 + ty_b * ty_b)
-                or -cyk - ty_t * cz > rad * np.sqrt(1 + ty_t * ty_t)):
+        if (cxk - tx_r * cz > rad * f_r or -cxk - tx_l * cz > rad * f_l or cyk - ty_b * cz > rad * f_b
+                or -cyk - ty_t * cz > rad * f_t):
             continue
         m = _project_range(means, cov6, opacity, sh, chunk_off[k], chunk_off[k + 1], view, fx, fy, cx, cy,
                            width, height, near, far, min_opacity, px, py, pz, data, rect, depth, rgb, basis, m)
@@ -182,6 +189,7 @@ def _project_range(means, cov6, opacity, sh, start, stop, view, fx, fy, cx, cy, 
         data[m, 5] = opacity[g]
         data[m, 6], data[m, 7], data[m, 8] = rgb[0], rgb[1], rgb[2]
         data[m, 9] = tz
+        data[m, 10] = np.log(ALPHA_MIN / opacity[g]) - np.float32(1e-4)  # power below it: alpha < 1/255
         rect[m, 0], rect[m, 1], rect[m, 2], rect[m, 3] = x0, y0, x1, y1
         depth[m] = tz
         m += 1
@@ -221,13 +229,16 @@ def raster_tile(t, data, rect, offsets, ids, width, height, bg, out_rgb, out_dep
     tr = np.ones(TILE * TILE, np.float32)
     acc = np.zeros((TILE * TILE, 4), np.float32)
     done = np.zeros(TILE * TILE, np.bool_)
+    row_done = np.zeros(TILE, np.int64)  # stopped pixels per row: a full row is skipped whole
     n_done = 0
     blends = 0
     for k in range(offsets[t], offsets[t + 1]):
         g = ids[k]
         u, v = data[g, 0], data[g, 1]
-        qa, qb, qc, o = data[g, 2], data[g, 3], data[g, 4], data[g, 5]
+        qa, qb, qc, o, cut = data[g, 2], data[g, 3], data[g, 4], data[g, 5], data[g, 10]
         for py in range(max(rect[g, 1], ty0), min(rect[g, 3], ty1) + 1):
+            if row_done[py - ty0] == tw:
+                continue
             dy = v - (np.float32(py) + np.float32(0.5))
             row = (py - ty0) * tw - tx0
             for px in range(max(rect[g, 0], tx0), min(rect[g, 2], tx1) + 1):
@@ -236,7 +247,7 @@ def raster_tile(t, data, rect, offsets, ids, width, height, bg, out_rgb, out_dep
                     continue
                 dx = u - (np.float32(px) + np.float32(0.5))
                 power = np.float32(-0.5) * (qa * dx * dx + qc * dy * dy) - qb * dx * dy
-                if power > 0:
+                if power > 0 or power < cut:  # cut: the exp below would give alpha < 1/255 anyway
                     continue
                 alpha = min(ALPHA_MAX, o * np.exp(power))
                 if alpha < ALPHA_MIN:
@@ -245,6 +256,7 @@ def raster_tile(t, data, rect, offsets, ids, width, height, bg, out_rgb, out_dep
                 t_next = t_now * (np.float32(1.0) - alpha)
                 if t_next < T_MIN:
                     done[i] = True
+                    row_done[py - ty0] += 1
                     n_done += 1
                     continue
                 w = alpha * t_now
@@ -361,8 +373,9 @@ def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, he
     y0 = torch.ceil(m[:, 1] - r[:, 1] - 0.5).clamp_min(0)
     y1 = torch.floor(m[:, 1] + r[:, 1] - 0.5).clamp_max(height - 1)
     keep = (x1 >= x0) & (y1 >= y0)
-    data = torch.cat([means2d[order], conic[order], opacity[order, None], rgb[order], depth[order, None],
-                      torch.zeros_like(depth[order, None])], 1)[keep]
+    cut = torch.log(ALPHA_MIN / opacity[order, None].float()) - 1e-4
+    data = torch.cat([means2d[order], conic[order], opacity[order, None], rgb[order], depth[order, None], cut],
+                     1)[keep]
     rect = torch.stack([x0, y0, x1, y1], 1)[keep]
     data = np.ascontiguousarray(data.detach().cpu().numpy(), np.float32)
     rect = np.ascontiguousarray(rect.cpu().numpy(), np.int32)

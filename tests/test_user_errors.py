@@ -292,3 +292,13 @@ def test_bad_driving_inputs(user_error, tmp_path, case, word):
                        "log.progress=false", *overrides])
     assert word in line
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("override,word", [
+    ("env.probe_steps=0", "probe_steps"), ("env.moving_cars=-1", "moving_cars"),
+    ("env.blocking_cars=[3,1]", "blocking_cars"), ("env.start_speed=[1]", "start_speed"),
+    ("env.image_height=33", "36"), ("algo=td3", "image encoder")])
+def test_bad_driving_values(user_error, tmp_path, override, word):
+    line = user_error(["train", "--task", "drive-lane-keep", "--run-dir", str(tmp_path / "r"), "total_steps=64",
+                       "log.progress=false", override])
+    assert word in line

@@ -45,6 +45,9 @@ class OffPolicyAlgorithm(Algorithm):
 
     @classmethod
     def build(cls, cfg: OffPolicyConfig, ctx: BuildContext) -> OffPolicyAlgorithm:
+        if ctx.image("policy") is not None:
+            raise UserError(f"{cls.__name__.lower()} has no image encoder yet; camera observations train with "
+                            "algo=ppo (or env.observation=state where the task has it)")
         return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
                    total_steps=ctx.total_steps, symmetry=ctx.symmetry)
 

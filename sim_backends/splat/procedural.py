@@ -62,9 +62,25 @@ class Route:
             pts = np.asarray(route.centerline, float)
             if pts.ndim != 2 or pts.shape[1] != 2 or pts.shape[0] < 2 or not np.all(np.isfinite(pts)):
                 raise ValueError("centerline must be >= 2 finite [x, y] points")
+            seg = np.linalg.norm(np.diff(pts, axis=0), axis=1)
+            if not np.allclose(seg, 0.5, atol=0.05):  # procedural routes already are; hand-drawn ones rarely
+                route.centerline = resample(pts).round(4).tolist()
             return route
         except (ValueError, TypeError, KeyError) as e:
             raise UserError(f"malformed route {path}: {e}") from None
+
+
+def resample(points: np.ndarray, step: float = 0.5) -> np.ndarray:
+    """A polyline ``[M, 2]`` resampled every ``step`` metres of arc length (repeated points dropped): the spacing
+    route tracking, look-ahead and start poses assume, whatever a hand-drawn route.json has."""
+    pts = np.asarray(points, float)
+    seg = np.linalg.norm(np.diff(pts, axis=0), axis=1)
+    pts = pts[np.r_[True, seg > 1e-6]]
+    arc = np.r_[0.0, np.cumsum(np.linalg.norm(np.diff(pts, axis=0), axis=1))]
+    if arc[-1] < step:
+        raise ValueError(f"centerline is {arc[-1]:.2f} m long; it needs at least {step} m")
+    s = np.arange(0.0, arc[-1] + 1e-9, step)
+    return np.stack([np.interp(s, arc, pts[:, 0]), np.interp(s, arc, pts[:, 1])], 1)
 
 
 def split_of(index: int) -> str:

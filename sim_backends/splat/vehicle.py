@@ -3,7 +3,8 @@ it on copies of the state without touching the sim).
 
 Reference point: the rear axle. With wheelbase L, steering angle delta and speed v, the heading rate is
 ``v tan(delta) / L``. Within one step of ``dt`` the steering angle and the acceleration are held, so the car drives
-an arc of length ``s = v dt + a dt^2 / 2`` (speed clamped to ``[0, max_speed]``) and curvature ``k = tan(delta) / L``:
+an arc of length ``s = v dt + a dt^2 / 2`` (``v^2 / (2 |a|)`` if it stops within the step; the speed stays in
+``[0, max_speed]``, where the acceleration state is zeroed) and curvature ``k = tan(delta) / L``:
 
     yaw' = yaw + k s
     x'   = x + (sin(yaw') - sin(yaw)) / k        (x + s cos(yaw) when k = 0)
@@ -48,8 +49,17 @@ def bicycle_step(x: torch.Tensor, controls: torch.Tensor, p: VehicleParams) -> t
     px, py, yaw, v, steer, acc = x.unbind(-1)
     steer = steer + (steer_cmd - steer).clamp(-p.max_steer_rate * dt, p.max_steer_rate * dt)
     acc = acc + (accel_cmd - acc).clamp(-p.max_jerk * dt, p.max_jerk * dt)
-    v_next = (v + acc * dt).clamp(0.0, p.max_speed)
-    s = 0.5 * (v + v_next) * dt  # exact for constant acceleration while the speed stays inside its limits
+    v_free = v + acc * dt
+    v_next = v_free.clamp(0.0, p.max_speed)
+    # distance: exact for constant acceleration; a car that stops within the step stops after v^2 / (2 |a|), one
+    # that reaches the speed limit then holds it
+    stops = v_free < 0
+    t_lim = ((p.max_speed - v) / acc.clamp_min(1e-9)).clamp(0.0, dt)
+    s = torch.where(stops, v * v / (2 * (-acc).clamp_min(1e-9)),
+                    torch.where(v_free > p.max_speed, v * t_lim + 0.5 * acc * t_lim ** 2 + p.max_speed * (dt - t_lim),
+                                0.5 * (v + v_next) * dt))
+    # at standstill (braking) or at the speed limit (accelerating) the car does not accelerate: no wind-up
+    acc = torch.where((v_next <= 0) & (acc < 0) | (v_next >= p.max_speed) & (acc > 0), torch.zeros_like(acc), acc)
     k = torch.tan(steer) / p.wheelbase
     yaw_next = yaw + k * s
     straight = k.abs() < 1e-6

@@ -102,3 +102,23 @@ def test_chunk_culling_keeps_everything_a_camera_can_see():
     assert len(off) > 50
     for a, b in zip(culled, whole):
         np.testing.assert_array_equal(a, b)
+
+
+def test_chunk_culling_keeps_a_big_gaussian_beside_the_frustum():
+    """A 0.5 m Gaussian 2 m ahead and 4.4 m right of a 90-degree, 56 px camera: its centre is outside the frustum,
+    but its EWA box (Jacobian clamped at 1.3 tan(fov/2)) reaches the right image edge; culling must keep it."""
+    from embodied.kernels.splat_numba import chunk_scene, cov_upper, render_cameras
+
+    means = np.array([[2.0, -4.4, 1.5]], np.float32)
+    scales = np.full((1, 3), 0.5, np.float32)
+    order, off, sph = chunk_scene(means, scales)
+    cov6 = cov_upper(covariance3d(torch.from_numpy(scales).log(), torch.tensor([[1.0, 0.0, 0.0, 0.0]])))
+    args = (means, cov6, np.array([0.9], np.float32), np.full((1, 1, 3), 0.5, np.float32))
+    view = look_at((0.0, 0.0, 1.5), (1.0, 0.0, 1.5)).numpy()[None]
+    intr = np.array([[28.0, 28.0, 28.0, 16.0]], np.float32)
+    culled = render_cameras(*args, off, sph, view, intr, 56, 32, 0.01, 50.0, 0.005)
+    whole = render_cameras(*args, np.array([0, 1], np.int64), np.array([[0, 0, 0, 1e6]], np.float32), view, intr,
+                           56, 32, 0.01, 50.0, 0.005)
+    assert float(whole[2][0, :, 55].max()) > 1.0 / 255  # drawn at the right edge
+    for a, b in zip(culled, whole):
+        np.testing.assert_array_equal(a, b)

@@ -78,3 +78,15 @@ def test_fused_kernel_matches_the_torch_reference_on_a_street(tmp_path):
     assert 10 * math.log10(1.0 / max(mse, 1e-20)) >= 40.0
     assert (a["alpha"] - b["alpha"]).abs().mean() < 1e-3
     assert float(a["alpha"][:, 16:].mean()) > 0.9  # the lower half sees the road
+
+
+def test_hand_drawn_routes_are_resampled_every_half_metre(tmp_path):
+    from embodied.sim_backends.splat.procedural import Route
+
+    route = Route(centerline=[[0.0, 0.0], [0.0, 0.0], [3.0, 0.0], [3.0, 4.1]], lane_width=3.5, lanes=2)
+    back = Route.load(route.save(tmp_path / "route.json"))
+    pts = np.asarray(back.centerline)
+    steps = np.linalg.norm(np.diff(pts, axis=0), axis=1)
+    assert len(pts) == 15 and np.allclose(steps[:6], 0.5) and np.allclose(pts[6], [3.0, 0.0])
+    with pytest.raises(UserError, match="at least"):
+        Route.load(Route(centerline=[[0.0, 0.0], [0.1, 0.0]], lane_width=3.5, lanes=2).save(tmp_path / "r2.json"))

@@ -43,11 +43,18 @@ def test_limits_and_rate_limits():
     assert float(x[0, 5]) == pytest.approx(p.max_jerk * p.dt)  # acceleration at its jerk limit
     for _ in range(100):
         x = bicycle_step(x, torch.tensor([[5.0, 50.0]], dtype=torch.float64), p)
-    assert float(x[0, 4]) == pytest.approx(p.max_steer) and float(x[0, 5]) == pytest.approx(p.max_accel)
-    assert float(x[0, 3]) == pytest.approx(p.max_speed)  # speed capped
+    assert float(x[0, 4]) == pytest.approx(p.max_steer)
+    assert float(x[0, 3]) == pytest.approx(p.max_speed) and float(x[0, 5]) == 0.0  # capped, no acceleration wind-up
     for _ in range(100):
         x = bicycle_step(x, torch.tensor([[0.0, -50.0]], dtype=torch.float64), p)
-    assert float(x[0, 3]) == 0.0 and float(x[0, 5]) == pytest.approx(-p.max_brake)  # stops, never reverses
+    assert float(x[0, 3]) == 0.0 and float(x[0, 5]) == 0.0  # stops, never reverses, no braking wind-up
+
+
+def test_stopping_within_a_step_travels_v2_over_2a():
+    p = VehicleParams()
+    x = torch.tensor([[0.0, 0.0, 0.0, 0.3, 0.0, -4.0]], dtype=torch.float64)
+    x = bicycle_step(x, torch.tensor([[0.0, -4.0]], dtype=torch.float64), p)
+    assert float(x[0, 0]) == pytest.approx(0.3 ** 2 / (2 * 4.0)) and float(x[0, 3]) == 0.0
 
 
 def test_body_circles_cover_the_body():

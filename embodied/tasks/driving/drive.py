@@ -91,8 +91,9 @@ def _scenes(cfg: DriveConfig) -> list:
 def _camera_specs(cfg: DriveConfig) -> tuple[CameraSpec, ...]:
     if cfg.cameras not in (1, 2, 3):
         raise UserError(f"cameras must be 1, 2 or 3, got {cfg.cameras}")
-    if not (32 <= cfg.image_height <= 128 and 32 <= cfg.image_width <= 256):
-        raise UserError(f"image size {cfg.image_height}x{cfg.image_width} outside 32-128 x 32-256")
+    if not (36 <= cfg.image_height <= 128 and 36 <= cfg.image_width <= 256):
+        raise UserError(f"image size {cfg.image_height}x{cfg.image_width} outside 36-128 x 36-256 (the CNN needs "
+                        ">= 36 px)")
     base = CameraSpec(width=cfg.image_width, height=cfg.image_height)
     sides = [] if cfg.cameras == 1 else [dataclasses.replace(base, name="front_left", yaw=55.0, left=0.5),
                                           dataclasses.replace(base, name="front_right", yaw=-55.0, left=-0.5)]
@@ -108,14 +109,8 @@ class DriveEnv(ManagedVecEnv):
     control_dt = VehicleParams.dt
 
     def __init__(self, cfg: DriveConfig, num_envs: int, device="cpu", seed: int = 0, task: str = "drive-lane-keep"):
+        _check_config(cfg)
         super().__init__(num_envs, device, seed, max_episode_steps=cfg.episode_steps)
-        if cfg.observation not in ("camera", "state"):
-            raise UserError(f"observation must be camera or state, got {cfg.observation!r}")
-        if cfg.split not in ("train", "test"):
-            raise UserError(f"split must be train or test, got {cfg.split!r}")
-        unknown = set(cfg.reward) - set(DriveConfig().reward)
-        if unknown:
-            raise UserError(f"unknown reward terms {sorted(unknown)}; known: {sorted(DriveConfig().reward)}")
         self.cfg = cfg
         self.weights = {**DriveConfig().reward, **cfg.reward}
         self.cameras = _camera_specs(cfg)
@@ -138,8 +133,6 @@ class DriveEnv(ManagedVecEnv):
         pol_dim = STATE_DIM if cfg.observation == "state" else int(np.prod(self.image_shape)) + 2
         self.single_observation_space = gym.spaces.Dict({
             "policy": box(-np.inf, np.inf, (pol_dim,)), "critic": box(-np.inf, np.inf, (STATE_DIM + 2,))})
-        if cfg.actions not in ("continuous", "anchors"):
-            raise UserError(f"actions must be continuous or anchors, got {cfg.actions!r}")
         self.single_action_space = box(-1.0, 1.0, (2,)) if cfg.actions == "continuous" else \
             gym.spaces.MultiDiscrete([ANCHOR_LEVELS, ANCHOR_LEVELS])
 
@@ -368,6 +361,28 @@ class DriveEnv(ManagedVecEnv):
             self._image = state["frames"].clone().to(self.device)
             self._stale[:] = False
             self._first[:] = False
+
+
+def _check_config(cfg: DriveConfig) -> None:
+    """Every value a user sets, checked before scenes are built: one line each."""
+    choices = {"observation": ("camera", "state"), "split": ("train", "test"), "actions": ("continuous", "anchors"),
+               "render_kernel": ("auto", "numba", "torch")}
+    for key, ok in choices.items():
+        if getattr(cfg, key) not in ok:
+            raise UserError(f"{key} must be one of {', '.join(ok)}, got {getattr(cfg, key)!r}")
+    unknown = set(cfg.reward) - set(DriveConfig().reward)
+    if unknown:
+        raise UserError(f"unknown reward terms {sorted(unknown)}; known: {sorted(DriveConfig().reward)}")
+    for key in ("start_arc", "start_speed", "moving_ahead", "moving_speed", "moving_lateral", "blocking_cars"):
+        v = getattr(cfg, key)
+        if len(v) != 2 or not 0 <= v[0] <= v[1]:
+            raise UserError(f"{key} must be a range [low, high] with 0 <= low <= high, got {list(v)}")
+    for key, lo, hi in (("episode_steps", 1, 10**6), ("probe_steps", 1, 50), ("moving_cars", 0, 8),
+                        ("scenes", 1, 1000)):
+        if not lo <= getattr(cfg, key) <= hi:
+            raise UserError(f"{key} must be in {lo}-{hi}, got {getattr(cfg, key)}")
+    if cfg.far <= 0 or cfg.start_lateral < 0 or cfg.start_heading < 0:
+        raise UserError("far must be > 0 and start_lateral, start_heading >= 0")
 
 
 def _wrap(a: torch.Tensor) -> torch.Tensor:
