@@ -36,7 +36,9 @@ def run(variant: str, seed: int, out: Path, extra: list[str], timeout_s: float) 
         if (run_dir / "metrics.jsonl").exists() else []
     evals = [r for r in rows if "eval/route_completion" in r]
     last = evals[-1] if evals else {}
-    return {"variant": variant, "seed": seed, "command": " ".join(cmd), "returncode": rc,
+    from embodied.provenance import code_commit
+
+    return {"variant": variant, "seed": seed, "command": " ".join(cmd), "returncode": rc, "commit": code_commit(),
             "process_wall_s": round(wall, 1), "env_steps": last.get("step"),
             "route_completion_heldout": last.get("eval/route_completion"),
             "collision_rate_heldout": last.get("eval/collision"), "offroad_rate_heldout": last.get("eval/offroad"),
