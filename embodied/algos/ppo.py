@@ -27,6 +27,8 @@ class PPOConfig:
     num_epochs: int = 5
     num_minibatches: int = 4
     lr: float = 3e-4
+    lr_schedule: str = "constant"  # constant | linear (to 0 at total_steps, CleanRL's anneal_lr)
+    adam_eps: float = 1e-8  # 1e-5 as CleanRL/SB3 PPO: damps Adam's near-sign steps once gradients get tiny
     gamma: float = 0.99
     gae_lambda: float = 0.95
     clip: float = 0.2  # surrogate ratio clip
@@ -95,7 +97,10 @@ class PPO(Algorithm):
         self.v = ValueCritic(cdim, policy.critic_hidden, policy.activation, policy.obs_normalization,
                              image=critic_image).to(self.device)
         self.params = [*self.pi.parameters(), *self.v.parameters()]
-        self.opt = torch.optim.Adam(self.params, lr=cfg.lr)
+        if cfg.lr_schedule not in ("constant", "linear"):
+            raise UserError(f"ppo.lr_schedule must be constant or linear, got {cfg.lr_schedule!r}")
+        self.opt = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
+        self.total_steps, self.batch_steps = total_steps, num_envs * cfg.num_steps
         self.storage = RolloutStorage(cfg.num_steps, num_envs, obs_dim, cdim, act_dim, self.device)
         self._next_cobs: torch.Tensor | None = None
         self.num_updates = 0
@@ -151,6 +156,10 @@ class PPO(Algorithm):
         old_logp, old_values, adv, returns = flat(s.log_probs), flat(s.values), flat(adv), flat(returns)
         batch = obs.shape[0]
         mb = batch // cfg.num_minibatches
+        if cfg.lr_schedule == "linear" and self.total_steps:  # by the env steps done before this update
+            frac = max(0.0, 1.0 - self.num_updates * self.batch_steps / self.total_steps)
+            for group in self.opt.param_groups:
+                group["lr"] = cfg.lr * frac
         stats = {"ppo/policy_loss": 0.0, "ppo/value_loss": 0.0, "ppo/entropy": 0.0, "ppo/approx_kl": 0.0}
         count, stop = 0, False
         for _ in range(cfg.num_epochs):
@@ -176,6 +185,7 @@ class PPO(Algorithm):
         self.num_updates += 1
         out = {k: v / max(count, 1) for k, v in stats.items()}
         out["ppo/minibatches"] = float(count)
+        out["ppo/lr"] = float(self.opt.param_groups[0]["lr"])
         if hasattr(self.pi, "log_std"):
             out["ppo/std"] = float(self.pi.log_std.detach().exp().mean())
         return out
