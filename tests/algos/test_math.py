@@ -522,3 +522,24 @@ def test_fused_adam_matches_torch_adam_with_skipped_groups_and_clipping():
         for a, b in zip([p for n in nets for p in n.parameters()], [p for n in twins for p in n.parameters()]):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
     assert int(mine.steps[0][0]) == 6 and int(mine.steps[1][0]) == 3
+
+
+def test_ppo_linear_lr_schedule_and_adam_eps():
+    """lr_schedule=linear: the k-th update runs at lr (1 - k N T / total_steps); adam_eps reaches Adam."""
+    from embodied.algos.ppo import PPO, PPOConfig
+    from embodied.config import PolicyConfig
+
+    obs_space = gym.spaces.Dict({"policy": gym.spaces.Box(-1, 1, (3,), np.float32)})
+    act_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    cfg = PPOConfig(num_steps=4, num_minibatches=1, num_epochs=1, lr=1e-3, lr_schedule="linear", adam_eps=1e-5)
+    algo = PPO(cfg, PolicyConfig(), obs_space, act_space, num_envs=2, device="cpu", seed=0, total_steps=32)
+    assert algo.opt.param_groups[0]["eps"] == 1e-5
+    lrs = []
+    for _ in range(3):
+        for _ in range(4):
+            obs = {"policy": torch.rand(2, 3)}
+            action, extras = algo.act(obs)
+            algo.observe(Transition(obs, action, torch.rand(2), torch.zeros(2, dtype=torch.bool),
+                                    torch.zeros(2, dtype=torch.bool), {"policy": torch.rand(2, 3)}, extras))
+        lrs.append(algo.update()["ppo/lr"])
+    assert lrs == pytest.approx([1e-3, 1e-3 * (1 - 8 / 32), 1e-3 * (1 - 16 / 32)])
