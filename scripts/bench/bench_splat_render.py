@@ -91,11 +91,11 @@ def reference_case(scene, route, width: int, height: int, far: float, cams: int 
     return {"reference_cameras": cams, "reference_s_per_frame": dt / cams, "reference_fps": cams / dt}
 
 
-def env_step_case(steps: int = 100) -> dict:
+def env_step_case(steps: int = 100, task: str = "drive-lane-keep", **overrides) -> dict:
     import embodied
 
     t0 = time.perf_counter()
-    env = embodied.make_env("drive-lane-keep", num_envs=16, seed=0)
+    env = embodied.make_env(task, num_envs=16, seed=0, **overrides)
     env.reset(seed=0)
     build = time.perf_counter() - t0
     g = torch.Generator().manual_seed(0)
@@ -106,7 +106,8 @@ def env_step_case(steps: int = 100) -> dict:
     for _ in range(steps):
         env.step(act())
     dt = time.perf_counter() - t
-    return {"num_envs": 16, "steps": steps, "env_steps_per_s": 16 * steps / dt, "build_s": build}
+    return {"task": task, "overrides": overrides, "num_envs": 16, "steps": steps, "env_steps_per_s": 16 * steps / dt,
+            "build_s": build}
 
 
 def main() -> None:
@@ -128,6 +129,8 @@ def main() -> None:
     cases.append(kernel_case(big, big_route, 128, 128, 100.0))
     out["cases"] = cases
     out["env_step"] = env_step_case()
+    out["env_step_more"] = [env_step_case(task="drive-avoid"), env_step_case(probing=True),
+                            env_step_case(observation="state")]
     emit(out, args.out)
 
 
