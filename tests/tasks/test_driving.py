@@ -3,6 +3,7 @@ video frame, and learning on the state-only variant."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import embodied
@@ -172,3 +173,19 @@ def test_frame_stack_shifts_frames_and_survives_a_checkpoint():
     fresh = embodied.make_env("drive-lane-keep", num_envs=2, seed=5, frame_stack=3, image_height=40, image_width=56)
     fresh.load_state_dict(state)
     assert torch.equal(fresh.step(act)[0]["policy"], expected)
+
+
+def test_arriving_pays_the_bonuses_of_the_steps_left():
+    env = embodied.make_env("drive-lane-keep", num_envs=1, seed=0, observation="state", scenes=1,
+                            start_arc=(88.0, 88.0), start_lateral=0.0, start_heading=0.0, start_speed=(10.0, 10.0))
+    env.reset(seed=0)
+    w = env.weights
+    steps = 0
+    while steps < 40:
+        _, _, term, _, info = env.step(torch.tensor([[0.0, 0.0]]))
+        steps += 1
+        if term.any():
+            break
+    assert float(info["final_info"]["success"][0]) == 1.0
+    expected = (env.max_episode_steps - steps) * (w["survival"] + w["proximity"] + w["alignment"])
+    assert float(info["log"]["reward/arrival"]) == pytest.approx(expected)

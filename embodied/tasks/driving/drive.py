@@ -8,7 +8,10 @@ a privileged upper reference). The critic always sees the privileged state.
 Reward: the GSDrive terms (reference subsystems.md 1.6), per step: survival, proximity to the path, progress along
 it [m], alignment with it, approach (the change of the distance to the path, x1.5 when it shrinks, floored), comfort
 (acceleration and jerk beyond 2 m/s^2 and 5 m/s^3), and penalties when a collision or leaving the road ends the
-episode. With ``probing=true`` GSDrive's multi-mode trajectory probing scores the state by ``Phi = max_k future_k``:
+episode; arriving at the end of the route is paid the per-step bonuses of the steps left (GSDrive's episodes have a
+fixed length, ours end at the goal: without it, crawling for the whole time limit pays as much as driving).
+
+With ``probing=true`` GSDrive's multi-mode trajectory probing scores the state by ``Phi = max_k future_k``:
 from the current state, each of K fixed anchor manoeuvres is rolled ``probe_steps`` steps on the geometry (nothing
 is rendered, the sim is not touched) and scored with the probe terms. GSDrive adds ``probe_weight * Phi`` to every
 step (``probe_mode=additive``); its episodes have a fixed length, ours end at the end of the route, and there that
@@ -72,7 +75,7 @@ class DriveConfig:
     goal_margin: float = 3.0  # [m] before the end of the route that counts as arrived
     reward: dict = field(default_factory=lambda: {
         "survival": 0.2, "proximity": 0.2, "progress": 1.0, "alignment": 0.2, "approach": 2.0, "comfort": 0.05,
-        "collision": 5.0, "offroad": 6.0})
+        "collision": 5.0, "offroad": 6.0, "arrival": 1.0})
     actions: str = "continuous"  # continuous (steer, accel) | anchors: GSDrive's MultiDiscrete([9, 9])
     probing: bool = False
     probe_steps: int = 3
@@ -214,6 +217,12 @@ class DriveEnv(ManagedVecEnv):
             "comfort": -w["comfort"] * ((x[:, 5].abs() - 2).clamp_min(0) + (jerk.abs() - 5).clamp_min(0)),
             "collision": -w["collision"] * collision.float(),
             "offroad": -w["offroad"] * (offroad & ~collision).float(),
+            # arriving early forgoes the per-step bonuses of the steps left: paid here, so that crawling along the
+            # road for the whole time limit is never worth more than driving the route (it was worth about as much:
+            # 250 steps x 0.6 vs 100 m x 1.0 + 80 steps x 0.6, and one seed's policy crawled for 100k steps)
+            "arrival": w["arrival"] * (arrived & ~collision & ~offroad).float()
+            * (self.max_episode_steps - self.episode_length).clamp_min(0).float()
+            * (w["survival"] + w["proximity"] + w["alignment"]),
         }
         if self.cfg.probing:
             phi = self.probe().amax(1)
