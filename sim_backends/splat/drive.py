@@ -161,10 +161,14 @@ class DriveSim(SimBackend):
     STATE = STATE
     CONTROLS = CONTROLS
 
-    def __init__(self, num_envs: int, device, scenes: list[tuple[GaussianScene, Route]],
+    def __init__(self, num_envs: int, device, scenes: list[tuple[GaussianScene, Route]] | None = None,
                  params: VehicleParams | None = None, cameras: tuple[CameraSpec, ...] = (CameraSpec(),),
                  far: float = 40.0, kernel: str = "auto", moving_cars: int = 0):
         self.num_envs, self.device = num_envs, torch.device(device)
+        if scenes is None:  # the generator's default street (scene 1)
+            from embodied.sim_backends.splat.procedural import generate
+
+            scenes = [generate(1)]
         self.params = params or VehicleParams()
         self.cameras, self.far, self.kernel = tuple(cameras), float(far), kernel
         self.splats = [_splat_scene(s, self.device) for s, _ in scenes]
