@@ -99,16 +99,17 @@ def render_views(scene: SplatScene, views: torch.Tensor, intr: torch.Tensor, wid
     outs = []
     dt = scene.means.dtype
     means, cov3, opacity, sh = scene.means, scene.cov3, scene.opacity, scene.sh
+    if dynamic is not None:  # what does not depend on the camera, once: covariances, opacities, SH
+        d = [torch.as_tensor(a, device=scene.device) for a in dynamic]
+        full = torch.zeros(d[1].shape[0], 3, 3, dtype=dt, device=scene.device)
+        for col, (a, b) in enumerate(((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
+            full[:, a, b] = full[:, b, a] = d[1][:, col].to(dt)  # cov6 (xx, xy, xz, yy, yz, zz) -> 3x3
+        k = max(scene.sh.shape[1], d[3].shape[1])
+        cov3, opacity = torch.cat([scene.cov3, full]), torch.cat([scene.opacity, d[2].to(dt)])
+        sh = torch.cat([_pad_sh(scene.sh, k), _pad_sh(d[3].to(dt), k)])
     for c, (view, (fx, fy, cx, cy)) in enumerate(zip(views.to(scene.device, dt), intr.tolist())):
-        if dynamic is not None:
-            d = [torch.as_tensor(a, device=scene.device) for a in dynamic]
-            full = torch.zeros(d[1].shape[0], 3, 3, dtype=dt, device=scene.device)
-            for col, (a, b) in enumerate(((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))):
-                full[:, a, b] = full[:, b, a] = d[1][:, col].to(dt)  # cov6 (xx, xy, xz, yy, yz, zz) -> 3x3
-            k = max(scene.sh.shape[1], d[3].shape[1])
-            means, cov3 = torch.cat([scene.means, d[0][c].to(dt)]), torch.cat([scene.cov3, full])
-            opacity = torch.cat([scene.opacity, d[2].to(dt)])
-            sh = torch.cat([_pad_sh(scene.sh, k), _pad_sh(d[3].to(dt), k)])
+        if dynamic is not None:  # the cars' positions differ per camera
+            means = torch.cat([scene.means, d[0][c].to(dt)])
         keep = opacity >= min_opacity
         p = project(means, cov3, view, fx, fy, cx, cy, width, height, near, far)
         campos = -(view[:3, :3].T @ view[:3, 3])
