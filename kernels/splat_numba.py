@@ -306,6 +306,11 @@ def _composite_tiles(data, rect, offsets, ids, width, height, bg, out_rgb, out_d
         raster_tile(t, data, rect, offsets, ids, width, height, bg, out_rgb, out_depth, out_alpha)
 
 
+def pad_sh(sh: np.ndarray, k: int) -> np.ndarray:
+    """SH coefficients ``[N, K', 3]`` padded with zeros to ``K`` (a lower degree: the extra terms add nothing)."""
+    return np.ascontiguousarray(np.concatenate([sh, np.zeros((sh.shape[0], k - sh.shape[1], 3), np.float32)], 1))
+
+
 def cov_upper(cov3: torch.Tensor) -> np.ndarray:
     """``[N, 3, 3]`` symmetric -> ``[N, 6]`` float32 (xx, xy, xz, yy, yz, zz)."""
     i, j = (0, 0, 0, 1, 1, 2), (0, 1, 2, 1, 2, 2)
@@ -351,10 +356,9 @@ def render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, views, int
         dynamic = (np.zeros((c, 0, 3), np.float32), np.zeros((0, 6), np.float32), np.zeros(0, np.float32),
                    np.zeros((0, sh.shape[1], 3), np.float32))
     dmeans, dcov6, dop, dsh = (np.ascontiguousarray(a, np.float32) for a in dynamic)
-    if dsh.shape[1] != sh.shape[1]:  # pad the lower SH degree with zeros (they add nothing)
+    if dsh.shape[1] != sh.shape[1]:
         k = max(dsh.shape[1], sh.shape[1])
-        pad = lambda a: np.concatenate([a, np.zeros((a.shape[0], k - a.shape[1], 3), np.float32)], 1)  # noqa
-        sh, dsh = pad(sh), pad(dsh)
+        sh, dsh = pad_sh(sh, k), pad_sh(dsh, k)
     _render_cameras(means, cov6, opacity, sh, chunk_off, chunk_sphere, np.ascontiguousarray(cam_chunks, np.int64),
                     np.ascontiguousarray(views, np.float32),
                     np.ascontiguousarray(intr, np.float32), int(width), int(height), np.float32(near),

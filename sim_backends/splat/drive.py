@@ -279,8 +279,10 @@ class DriveSim(SimBackend):
 def _merge(arrays: list[tuple]) -> tuple[tuple, np.ndarray]:
     """Several scenes' kernel arrays as one set (SH padded to the largest degree with zeros, which add nothing) and
     each scene's chunk range ``[S, 2]``."""
+    from embodied.kernels.splat_numba import pad_sh
+
     k = max(a[3].shape[1] for a in arrays)
-    sh = [np.concatenate([a[3], np.zeros((a[3].shape[0], k - a[3].shape[1], 3), np.float32)], 1) for a in arrays]
+    sh = [pad_sh(a[3], k) for a in arrays]
     counts = np.cumsum([0] + [a[0].shape[0] for a in arrays])
     offs, ranges, n_chunks = [], [], 0
     for a, base in zip(arrays, counts[:-1]):
