@@ -189,3 +189,19 @@ def test_arriving_pays_the_bonuses_of_the_steps_left():
     assert float(info["final_info"]["success"][0]) == 1.0
     expected = (env.max_episode_steps - steps) * (w["survival"] + w["proximity"] + w["alignment"])
     assert float(info["log"]["reward/arrival"]) == pytest.approx(expected)
+
+
+def test_standing_still_earns_no_bonus_and_half_speed_earns_half():
+    env = embodied.make_env("drive-lane-keep", num_envs=3, seed=0, observation="state", scenes=1,
+                            start_arc=(20.0, 20.0), start_lateral=0.0, start_heading=0.0)
+    env.reset(seed=0)
+    env.step(torch.zeros(3, 2))
+    env.sim.x[:, 3] = torch.tensor([0.0, 1.5, 6.0])  # standing, half the bonus speed (3 m/s), twice it
+    terms = env._compute(torch.zeros(3, 2)).reward_terms
+    w = env.weights
+    assert env.cfg.bonus_speed == 3.0
+    assert torch.allclose(terms["survival"], w["survival"] * torch.tensor([0.0, 0.5, 1.0]))
+    on_path = (env.lateral.abs() < 0.5) & ((env.sim.x[:, 2] - env.heading).abs() < 0.087)
+    assert bool(on_path.all())
+    assert torch.allclose(terms["proximity"], w["proximity"] * torch.tensor([0.0, 0.5, 1.0]))
+    assert torch.allclose(terms["alignment"], w["alignment"] * torch.tensor([0.0, 0.5, 1.0]))

@@ -6,7 +6,8 @@ steering angle; or, with ``observation=state``, from route geometry in its own f
 a privileged upper reference). The critic always sees the privileged state.
 
 Reward: the GSDrive terms (reference subsystems.md 1.6), per step: survival, proximity to the path, progress along
-it [m], alignment with it, approach (the change of the distance to the path, x1.5 when it shrinks, floored), comfort
+it [m], alignment with it (these three scaled by speed / ``bonus_speed``, capped at 1: standing still earns nothing),
+approach (the change of the distance to the path, x1.5 when it shrinks, floored), comfort
 (acceleration and jerk beyond 2 m/s^2 and 5 m/s^3), and penalties when a collision or leaving the road ends the
 episode; arriving at the end of the route is paid the per-step bonuses of the steps left (GSDrive's episodes have a
 fixed length, ours end at the goal: without it, crawling for the whole time limit pays as much as driving).
@@ -73,6 +74,7 @@ class DriveConfig:
     start_speed: tuple[float, float] = (3.0, 7.0)  # [m/s]
     offroad_margin: float = 0.0  # [m] beyond the road half-width (rear axle) that ends the episode
     goal_margin: float = 3.0  # [m] before the end of the route that counts as arrived
+    bonus_speed: float = 3.0  # [m/s] survival, proximity and alignment are paid in full at this speed, less below it
     reward: dict = field(default_factory=lambda: {
         "survival": 0.2, "proximity": 0.2, "progress": 1.0, "alignment": 0.2, "approach": 2.0, "comfort": 0.05,
         "collision": 5.0, "offroad": 6.0, "arrival": 1.0})
@@ -208,11 +210,14 @@ class DriveEnv(ManagedVecEnv):
         approach = torch.where(dist_change > 0, 1.5 * dist_change, dist_change).clamp_min(-0.2 / max(w["approach"],
                                                                                                       1e-9))
         jerk = (x[:, 5] - self.prev_accel) / self.control_dt
+        # the per-step bonuses are paid in proportion to speed up to bonus_speed: a car standing still on the road
+        # earns nothing (it earned 0.6 per step, and one pixel seed stopped for good at 32k steps and kept it)
+        moving = (x[:, 3] / self.cfg.bonus_speed).clamp(0.0, 1.0)
         terms = {
-            "survival": torch.full_like(lat, w["survival"]),
-            "proximity": w["proximity"] * _steps(lat, (0.5, 1.0, 2.0), (1.0, 0.6, 0.2)),
+            "survival": w["survival"] * moving,
+            "proximity": w["proximity"] * moving * _steps(lat, (0.5, 1.0, 2.0), (1.0, 0.6, 0.2)),
             "progress": w["progress"] * (self.arc - self._prev_arc),
-            "alignment": w["alignment"] * _steps(herr, (math.radians(5), math.radians(15)), (1.0, 0.5)),
+            "alignment": w["alignment"] * moving * _steps(herr, (math.radians(5), math.radians(15)), (1.0, 0.5)),
             "approach": w["approach"] * approach,
             "comfort": -w["comfort"] * ((x[:, 5].abs() - 2).clamp_min(0) + (jerk.abs() - 5).clamp_min(0)),
             "collision": -w["collision"] * collision.float(),
@@ -408,8 +413,8 @@ def _check_config(cfg: DriveConfig) -> None:
                         ("scenes", 1, 1000)):
         if not lo <= getattr(cfg, key) <= hi:
             raise UserError(f"{key} must be in {lo}-{hi}, got {getattr(cfg, key)}")
-    if cfg.far <= 0 or cfg.start_lateral < 0 or cfg.start_heading < 0:
-        raise UserError("far must be > 0 and start_lateral, start_heading >= 0")
+    if cfg.far <= 0 or cfg.bonus_speed <= 0 or cfg.start_lateral < 0 or cfg.start_heading < 0:
+        raise UserError("far and bonus_speed must be > 0 and start_lateral, start_heading >= 0")
 
 
 def _wrap(a: torch.Tensor) -> torch.Tensor:
