@@ -26,9 +26,17 @@ def eval_seed(cfg, step: int | None = None) -> int:
 def make_eval_env(cfg, num_envs: int, device=None) -> VecEnv:
     """The env a run is evaluated on: the task config as ``TaskSpec.eval_config`` derives it (e.g. a
     frozen curriculum), ``num_envs`` episodes at a time, on the run's sim device unless given."""
+    task, env_cfg = source_task(cfg)
+    spec = TASKS.get(task)
+    env_cfg = spec.eval_config(env_cfg) if spec.eval_config else env_cfg
+    return TaskEnvFactory(task, env_cfg, device or cfg.sim_device)(num_envs, cfg.seed + 1)
+
+
+def source_task(cfg) -> tuple[str, object]:
+    """The real task a run is evaluated (and deployed) on, with its config: the run's own task, or for a task
+    learned from another (``wm:<task>``, ``TaskSpec.source``) that one."""
     spec = TASKS.get(cfg.task)
-    env_cfg = spec.eval_config(cfg.env) if spec.eval_config else cfg.env
-    return TaskEnvFactory(cfg.task, env_cfg, device or cfg.sim_device)(num_envs, cfg.seed + 1)
+    return spec.source(cfg.env) if spec.source is not None else (cfg.task, cfg.env)
 
 
 class TaskEnvFactory:

@@ -11,13 +11,13 @@ import torch
 
 import embodied.algos  # noqa: F401  (registers algorithms)
 import embodied.tasks  # noqa: F401  (registers tasks)
-from embodied.algos.base import BuildContext
+from embodied.algos.base import OFF_POLICY, BuildContext
 from embodied.checkpoint import load_checkpoint
 from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS, TASKS
-from embodied.evaluate import make_eval_env, make_train_env_factory
+from embodied.evaluate import TaskEnvFactory, make_eval_env, make_train_env_factory, source_task
 from embodied.provenance import code_commit, versions
 from embodied.runners import RUNNERS
 from embodied.runtime import make_collector
@@ -49,9 +49,15 @@ def build(cfg: RunConfig, run_dir: Path):
     sim_device, learner_device = resolve_device(cfg.sim_device), resolve_device(cfg.learner_device)
     if cfg.num_envs < 1 or cfg.total_steps < 1:
         raise UserError("num_envs and total_steps must be >= 1")
-    TASKS.get(cfg.task)  # an unknown task fails before any worker starts
-    collector = make_collector(cfg.runtime.engine, make_train_env_factory(cfg, sim_device), cfg.num_envs, cfg.seed,
-                               learner_device, cfg.runtime)
+    spec = TASKS.get(cfg.task)  # an unknown task fails before any worker starts
+    # a task that learns its simulator while training (wm:<task>) collects real experience on its source task
+    imagination = spec.imagination(cfg, learner_device, run_dir) if spec.imagination is not None else None
+    if imagination is not None and algo_cls.paradigm != OFF_POLICY:
+        raise UserError(f"{cfg.task} learns its model while training, in the off-policy runner: use an off-policy "
+                        f"algorithm (sac, td3), or give env.model=RUN_DIR to train {cfg.algo} in a fitted model")
+    factory = TaskEnvFactory(*source_task(cfg), sim_device) if imagination is not None \
+        else make_train_env_factory(cfg, sim_device)
+    collector = make_collector(cfg.runtime.engine, factory, cfg.num_envs, cfg.seed, learner_device, cfg.runtime)
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
                        learner_device, cfg.seed, cfg.total_steps, cfg.policy, collector.symmetry_group(),
                        collector.layout())
@@ -64,7 +70,7 @@ def build(cfg: RunConfig, run_dir: Path):
         collector.close()
         raise
     return RUNNERS[algo_cls.paradigm](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes),
-                                      run_dir)
+                                      run_dir, imagination=imagination)
 
 
 def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:

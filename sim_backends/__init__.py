@@ -8,4 +8,5 @@ from embodied.sim_backends import (
     mujoco_cpu,  # noqa: F401, E402  (registers "mujoco_cpu")
     splat,  # noqa: F401  (registers "splat")
     torch_vec,  # noqa: F401  (registers "torch_vec")
+    world_model,  # noqa: F401  (registers "world_model")
 )

@@ -105,6 +105,9 @@ class StepTerms:
     reward_terms: dict[str, torch.Tensor]  # weighted terms; the reward is their sum
     terminated: torch.Tensor  # bool
     metrics: dict[str, torch.Tensor] | None = None  # extra per-env scalars to average into info["log"]
+    # bool: episodes the task cuts short besides the time limit (a learned model's uncertainty), or None
+    truncated: torch.Tensor | None = None
+    info: dict[str, torch.Tensor] | None = None  # per-env ``[N]`` values handed on as ``info[key]``
 
 
 class ManagedVecEnv(VecEnv):
@@ -166,6 +169,8 @@ class ManagedVecEnv(VecEnv):
             reward += value
         terminated = terms.terminated
         truncated = self.episode_length >= self.max_episode_steps
+        if terms.truncated is not None:
+            truncated = truncated | (terms.truncated & ~terminated)
         # numerical faults: a non-finite state or reward ends the episode as truncated (no
         # bootstrap from garbage), the reward is zeroed, the env is reset, and the fault counted
         bad = ~self._state_finite() | ~torch.isfinite(reward)
@@ -181,7 +186,7 @@ class ManagedVecEnv(VecEnv):
         if terms.metrics:
             log.update({k: v.float().mean() for k, v in terms.metrics.items()})
         log["nan_resets"] = float(num_bad)
-        info = {"log": log}
+        info = {"log": log, **(terms.info or {})}
         if done.any():
             final_obs = {k: v.clone() for k, v in obs.items()}
             if num_bad:  # never hand non-finite observations to a learner

@@ -59,6 +59,12 @@ class TaskSpec:
     # config overrides the conformance sweep's long seeding rollouts use for a task whose step is costly (a
     # rendered task: shorter episodes, so the rollouts still cross an autoreset in seconds)
     sweep_overrides: dict = field(default_factory=dict)
+    # a task learned from another (``wm:<task>``): ``source(env_cfg) -> (task, its env config)`` names the real task
+    # that evaluates it (and, where the task learns while training, provides its experience); None: itself
+    source: Callable[[Any], tuple[str, Any]] | None = None
+    # ``imagination(run_cfg, learner_device, run_dir)``: the second collector of a run that learns its simulator
+    # while training (the off-policy runner feeds it every real step), or None to train on the task itself
+    imagination: Callable[..., Any] | None = None
 
 
 class TaskRegistry(Registry[TaskSpec]):

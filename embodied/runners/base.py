@@ -21,8 +21,10 @@ STRICT_EPISODES = 200  # an evaluation this large decides the stop rule alone
 
 class Runner:
     def __init__(self, cfg: RunConfig, collector: Collector, algo: Algorithm, make_eval_env,
-                 run_dir: Path):
+                 run_dir: Path, imagination=None):
         self.cfg, self.collector, self.algo = cfg, collector, algo
+        # a second collector that learns a simulator from the real steps and steps it (TaskSpec.imagination)
+        self.imagination = imagination
         self.make_eval_env = make_eval_env  # factory: the eval env is built on first use
         self._eval_env = None
         self.run_dir = Path(run_dir)
@@ -44,8 +46,11 @@ class Runner:
 
     def collect(self):
         tr = self.collector.step(self.algo.act, version=self.algo.num_updates)
-        self.algo.observe(tr)
+        if self.imagination is None or self.imagination.learner_sees_real:
+            self.algo.observe(tr)
         self.step += tr.reward.shape[0]
+        if self.imagination is not None:
+            self.imagination.after_real(tr, self.step, self.algo)
         return tr
 
     def after_update(self, metrics: dict) -> bool:
@@ -88,6 +93,8 @@ class Runner:
             if v is not None:
                 row[f"train/{key}"] = v
         row.update({f"env/{k}": v for k, v in self.collector.log.items()})
+        if self.imagination is not None:
+            row.update(self.imagination.log)
         row["time/train_s"] = self.train_time
         row["time/steps_per_s"] = self.steps_per_s
         self.logger.log(self.step, row)
@@ -133,6 +140,8 @@ class Runner:
             "torch_rng": torch.get_rng_state(),
             "policy": {"spec": policy_spec(actor), "state": actor.state_dict()},
         }
+        if self.imagination is not None:
+            payload["imagination"] = self.imagination.state_dict()
         keep = self.cfg.log.keep_checkpoints
         path = save_checkpoint(self.run_dir, self.step, payload, keep=keep)
         self.logger.note(f"checkpoint {path.name}: {path.stat().st_size / 2**20:,.1f} MiB (the newest {keep} are kept)")
@@ -148,6 +157,8 @@ class Runner:
         self._marks = dict(ckpt["marks"])
         self.eval_passes = int(ckpt.get("eval_passes", 0))
         self._recent = list(ckpt["recent"])
+        if self.imagination is not None:
+            self.imagination.load_state_dict(ckpt["imagination"])
 
     def finish(self) -> dict:
         self.checkpoint()

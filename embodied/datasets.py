@@ -1,0 +1,112 @@
+"""Recorded real transitions in Minari's format (Farama's offline-RL standard; the world-model, demonstration
+and behaviour-cloning tools share it). A dataset is a directory Minari reads (``MinariDataset(path)``): episodes
+of observations (``T + 1`` rows, the final one included), actions, rewards, terminations and truncations.
+Observations are the task's observation groups (a ``Dict`` space); a dataset from elsewhere with a flat ``Box``
+observation reads as the ``"policy"`` group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from embodied.core.errors import UserError
+
+
+def write_minari(path: str | Path, episodes: list[dict], observation_space: gym.spaces.Dict,
+                 action_space: gym.spaces.Space, dataset_id: str = "embodied/recorded-v0", **metadata) -> Path:
+    """Write ``episodes`` (dicts of numpy arrays: ``observations`` {group: [T+1, d]}, ``actions [T, a]``,
+    ``rewards``, ``terminations``, ``truncations`` ``[T]``) as a Minari dataset at ``path`` (a new directory)."""
+    from minari.data_collector import EpisodeBuffer
+    from minari.dataset.minari_storage import MinariStorage
+
+    path = Path(path)
+    if path.exists() and any(path.iterdir()):
+        raise UserError(f"{path} exists and is not empty; choose a new directory for the dataset")
+    path.mkdir(parents=True, exist_ok=True)
+    storage = MinariStorage.new(path / "data", observation_space=observation_space, action_space=action_space,
+                                data_format="hdf5")
+    storage.update_metadata({"dataset_id": dataset_id, "minari_version": _minari_version(), **metadata})
+    buffers = [EpisodeBuffer(id=i, observations={k: np.asarray(v) for k, v in ep["observations"].items()},
+                             actions=np.asarray(ep["actions"]), rewards=list(ep["rewards"]),
+                             terminations=list(ep["terminations"]), truncations=list(ep["truncations"]))
+               for i, ep in enumerate(episodes)]
+    storage.update_episodes(buffers)
+    return path
+
+
+def _minari_version() -> str:
+    import minari
+
+    return f"=={minari.__version__}"
+
+
+def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """Every transition of the Minari dataset at ``path`` as flat tensors: ``state [T, S]`` (the observation
+    groups concatenated, in ``groups`` order), ``action``, ``reward``, ``next_state``, ``terminated``, and
+    ``initial`` (the first step of an episode). A missing or unreadable dataset is a ``UserError``."""
+    from minari import MinariDataset
+
+    path = Path(path)
+    data_dir = path / "data" if (path / "data").is_dir() else path
+    if not data_dir.is_dir():
+        raise UserError(f"no dataset at {path}")
+    try:
+        dataset = MinariDataset(data_dir)
+        episodes = list(dataset.iterate_episodes())
+    except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
+        raise UserError(f"cannot read the Minari dataset {path}: {str(e).splitlines()[0] if str(e) else e!r}") \
+            from None
+    if not episodes:
+        raise UserError(f"the dataset {path} has no episodes")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("state", "action", "reward", "next_state", "terminated",
+                                                          "initial")}
+    for ep in episodes:
+        obs = ep.observations if isinstance(ep.observations, dict) else {"policy": ep.observations}
+        keys = groups or list(obs)
+        missing = [k for k in keys if k not in obs]
+        if missing:
+            raise UserError(f"the dataset {path} has observation groups {sorted(obs)}, not {missing}")
+        flat = np.concatenate([np.asarray(obs[k], np.float32).reshape(len(obs[k]), -1) for k in keys], 1)
+        t = len(ep.rewards)
+        cols["state"].append(flat[:t])
+        cols["next_state"].append(flat[1:t + 1])
+        cols["action"].append(np.asarray(ep.actions, np.float32).reshape(t, -1))
+        cols["reward"].append(np.asarray(ep.rewards, np.float32))
+        cols["terminated"].append(np.asarray(ep.terminations, bool))
+        cols["initial"].append(np.arange(t) == 0)
+    return {k: torch.as_tensor(np.concatenate(v)) for k, v in cols.items()}
+
+
+@torch.no_grad()
+def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
+    """Roll ``env`` (a ``VecEnv``) with ``act(obs) -> action`` until ``num_episodes`` episodes ended; returns
+    them in Minari's episode layout (numpy), the observations of each group ``[T+1, d]``."""
+    obs, _ = env.reset(seed=seed)
+    n = env.num_envs
+    current = [{"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [], "rewards": [],
+                "terminations": [], "truncations": []} for i in range(n)]
+    done_eps: list[dict] = []
+    while len(done_eps) < num_episodes:
+        action = act(obs)
+        obs, reward, terminated, truncated, info = env.step(action)
+        final = info["final_obs"]
+        for i in range(n):
+            ep = current[i]
+            ep["actions"].append(action[i].cpu().numpy())
+            ep["rewards"].append(float(reward[i]))
+            ep["terminations"].append(bool(terminated[i]))
+            ep["truncations"].append(bool(truncated[i]))
+            ended = bool(terminated[i] or truncated[i])
+            for k, v in (final if ended else obs).items():
+                ep["obs"][k].append(v[i].cpu().numpy())
+            if ended:
+                done_eps.append({"observations": {k: np.stack(v) for k, v in ep["obs"].items()},
+                                 "actions": np.stack(ep["actions"]), "rewards": np.array(ep["rewards"]),
+                                 "terminations": np.array(ep["terminations"]),
+                                 "truncations": np.array(ep["truncations"])})
+                current[i] = {"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [],
+                              "rewards": [], "terminations": [], "truncations": []}
+    return done_eps[:num_episodes]

@@ -1,0 +1,144 @@
+"""``wm:<task>``: a learned model of ``<task>`` as a task like any other (issue 11).
+
+The env's observation groups, action space and layout are the real task's; its state is the real observation
+(groups concatenated), stepped by the model in batch. Episodes start from recorded real states, end where the
+model's termination head says so, and are truncated at ``horizon`` steps or where the ensemble's members disagree
+by more than ``max_disagreement`` (standardized units; compounding error grows with depth, so imagined episodes
+are short). ``info["uncertainty"]`` carries the disagreement per env; the reward is the model's (term ``model``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from embodied.core.base import ManagedVecEnv, Obs, StepTerms
+from embodied.core.errors import UserError
+from embodied.core.registry import TASKS
+from embodied.sim_backends.base import make_backend
+from embodied.sim_backends.world_model import EnsembleConfig, load_world_model
+
+
+@dataclass
+class WorldModelConfig:
+    """What every ``wm:<task>`` config has; the family adds ``base``, the real task's own config."""
+
+    model: str = ""  # world_model.pt, or a run directory holding one; empty: train learns one (algo sac/td3)
+    horizon: int = 32  # [steps] imagined episode length before truncation
+    max_disagreement: float | None = 4.0  # truncate where the elites' spread passes this (None: never)
+    start: str = "any"  # any: any recorded real state | initial: recorded episode starts only
+    deterministic: bool = False  # the elite's mean instead of a sample
+    terminal_threshold: float = 0.5  # the episode ends where the predicted termination probability passes this
+    # --- training, when ``model`` is empty: real data trains the model, the learner trains in it ---------------
+    mode: str = "dyna"  # dyna: the learner also learns from the real steps | dream: only from imagined ones
+    model_envs: int = 256  # imagined rollouts stepped beside the real envs
+    model_steps: int = 1  # steps of the model envs per real step of the batch
+    warmup: int = 1000  # [real steps] before the first fit
+    refit_every: int = 1000  # [real steps] between fits (each a fixed epoch budget, ensemble.epochs)
+    data: str = ""  # a Minari dataset of real transitions to start from (recorded before the run)
+    ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
+
+
+def check_config(cfg: WorldModelConfig) -> None:
+    choices = {"start": ("any", "initial"), "mode": ("dyna", "dream")}
+    for key, ok in choices.items():
+        if getattr(cfg, key) not in ok:
+            raise UserError(f"{key} must be one of {', '.join(ok)}, got {getattr(cfg, key)!r}")
+    for key in ("horizon", "model_envs", "model_steps", "refit_every"):
+        if getattr(cfg, key) < 1:
+            raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
+    if cfg.warmup < 0 or not 0 < cfg.terminal_threshold < 1:
+        raise UserError("warmup must be >= 0 and terminal_threshold in (0, 1)")
+    if cfg.max_disagreement is not None and not cfg.max_disagreement > 0:
+        raise UserError(f"max_disagreement must be > 0 or null, got {cfg.max_disagreement}")
+    e = cfg.ensemble
+    if e.members < 1 or not 1 <= e.elites <= e.members or e.epochs < 1 or e.batch_size < 1 or not e.hidden:
+        raise UserError("ensemble: members >= 1, elites in 1..members, epochs >= 1, batch_size >= 1, hidden not empty")
+
+
+class WorldModelEnv(ManagedVecEnv):
+    """``wm:<task>``. ``world``: ``(network, meta)`` of a model in memory (training builds it so); otherwise the
+    model is loaded from ``cfg.model``."""
+
+    def __init__(self, cfg, num_envs: int, device="cpu", seed: int = 0, task: str = "", world=None):
+        check_config(cfg)
+        super().__init__(num_envs, device, seed, max_episode_steps=cfg.horizon)
+        self.cfg, self.task = cfg, task
+        network, meta = world if world is not None else load_world_model(cfg.model, self.device)
+        if meta.get("task", task) != task:
+            raise UserError(f"the world model at {cfg.model} was fitted on task {meta['task']!r}, not {task!r}")
+        real = self.spaces_of(task, cfg.base)
+        self.single_observation_space, self.single_action_space = real["observation"], real["action"]
+        self._layout, self._symmetry, self.control_dt = real["layout"], real["symmetry"], real["control_dt"]
+        self.groups = [(k, s.shape[0]) for k, s in self.single_observation_space.spaces.items()]
+        if any(len(s.shape) != 1 for s in self.single_observation_space.spaces.values()):
+            raise UserError(f"the ensemble models flat state observations; {task} has other shapes")
+        state_dim, act_dim = sum(d for _, d in self.groups), self.single_action_space.shape[0]
+        if (network.state_dim, network.act_dim) != (state_dim, act_dim):
+            raise UserError(f"the world model predicts {network.state_dim} state / {network.act_dim} action "
+                            f"dims; {task} has {state_dim} / {act_dim}")
+        self.sim = make_backend("world_model", "ensemble", self.num_envs, self.device, network=network,
+                                generator=self.generator, deterministic=cfg.deterministic)
+        lows = np.concatenate([s.low for s in self.single_observation_space.spaces.values()])
+        highs = np.concatenate([s.high for s in self.single_observation_space.spaces.values()])
+        self._low = torch.as_tensor(lows, device=self.device)
+        self._high = torch.as_tensor(highs, device=self.device)
+        space = self.single_action_space
+        self._act_low = torch.as_tensor(space.low, device=self.device)
+        self._act_high = torch.as_tensor(space.high, device=self.device)
+        self.starts = torch.zeros(0, state_dim, device=self.device)
+        self.set_starts(meta.get("starts", torch.zeros(0, state_dim)), meta.get("initial", torch.zeros(0, state_dim)))
+
+    @staticmethod
+    def spaces_of(task: str, cfg) -> dict:
+        """Spaces, layout, symmetry and control period of the real ``task`` (one env of it, built and closed)."""
+        real = TASKS.get(task).make(cfg, num_envs=1, device="cpu", seed=0)
+        out = {"observation": real.single_observation_space, "action": real.single_action_space,
+               "layout": real.layout(), "symmetry": real.symmetry_group(), "control_dt": real.control_dt}
+        real.close()
+        return out
+
+    def set_starts(self, starts: torch.Tensor, initial: torch.Tensor) -> None:
+        """The real states episodes start from (``[M, S]``; ``initial``: recorded episode starts)."""
+        chosen = initial if self.cfg.start == "initial" else starts
+        if chosen.shape[0] == 0:  # nothing recorded yet: the origin (only before a model was fitted)
+            chosen = torch.zeros(1, self.sim.STATE.dim)
+        self.starts = chosen.to(self.device, torch.float32)
+
+    # ---- task hooks ---------------------------------------------------------------------------------------
+    def _reset_idx(self, env_ids: torch.Tensor) -> None:
+        pick = torch.randint(self.starts.shape[0], (env_ids.numel(),), generator=self.generator, device=self.device)
+        self.sim.set_state_idx(env_ids, self.starts[pick])
+
+    def _apply_action(self, action: torch.Tensor) -> None:
+        self.sim.step(torch.minimum(torch.maximum(action, self._act_low), self._act_high))
+        # a model's prediction stays within the bounds the real observation has (unit vectors, speed limits)
+        self.sim.x = torch.minimum(torch.maximum(self.sim.x, self._low), self._high)
+
+    def _observe(self) -> Obs:
+        return dict(zip([k for k, _ in self.groups], self.sim.x.split([d for _, d in self.groups], 1)))
+
+    def _compute(self, action: torch.Tensor) -> StepTerms:
+        sim, cfg = self.sim, self.cfg
+        limit = math.inf if cfg.max_disagreement is None else cfg.max_disagreement
+        return StepTerms({"model": sim.reward}, sim.p_terminal > cfg.terminal_threshold,
+                         {"disagreement": sim.disagreement, "p_terminal": sim.p_terminal},
+                         truncated=sim.disagreement > limit, info={"uncertainty": sim.disagreement.clone()})
+
+    def _state_finite(self) -> torch.Tensor:
+        return self.sim.finite() & torch.isfinite(self.sim.reward)
+
+    def layout(self):
+        return self._layout
+
+    def symmetry_group(self):
+        return self._symmetry
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "sim": self.sim.get_state()}
+
+    def load_state_dict(self, state) -> None:
+        super().load_state_dict(state)
+        self.sim.set_state(state["sim"])

@@ -1,0 +1,177 @@
+"""An ensemble of probabilistic MLPs for state tasks (MBPO, Janner et al. 2019; PETS, Chua et al. 2018).
+
+Each member maps ``(state, action)`` to a diagonal Gaussian over ``(next_state - state, reward)`` and a
+termination logit. Inputs and targets are standardized with statistics of the data of the latest fit (kept as
+buffers, so a saved model is self-contained); log-variances are soft-bounded by learned ``max_logvar`` /
+``min_logvar`` (PETS). Members see the same data in their own order; after a fixed epoch budget each keeps the
+weights of its best held-out epoch, and the ``elites`` members with the lowest held-out error predict.
+Disagreement: the spread of the elites' predicted means, in standardized units (uncertainty of the model
+itself, which grows off the data)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class EnsembleConfig:
+    members: int = 7  # MBPO: 7 networks, 5 elites
+    elites: int = 5
+    hidden: list[int] = field(default_factory=lambda: [200, 200, 200, 200])
+    lr: float = 1e-3
+    weight_decay: float = 2.5e-5
+    batch_size: int = 256
+    holdout: float = 0.1  # fraction of transitions held out to rank members and pick each one's best epoch
+    holdout_max: int = 5000  # at most this many held-out transitions
+    epochs: int = 5  # epochs of every fit (a fixed budget, MBPO trains to convergence)
+    max_updates: int = 2000  # gradient steps of one fit at most, whatever the data size
+
+
+class EnsembleLinear(nn.Module):
+    """``members`` independent linear layers applied to ``x [members, B, fan_in]`` in one batched matmul."""
+
+    def __init__(self, members: int, fan_in: int, fan_out: int):
+        super().__init__()
+        std = 1.0 / (2.0 * math.sqrt(fan_in))  # MBPO's truncated-normal initialization
+        self.weight = nn.Parameter(nn.init.trunc_normal_(torch.empty(members, fan_in, fan_out), std=std,
+                                                         a=-2 * std, b=2 * std))
+        self.bias = nn.Parameter(torch.zeros(members, 1, fan_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class ProbabilisticEnsemble(nn.Module):
+    def __init__(self, state_dim: int, act_dim: int, cfg: EnsembleConfig):
+        super().__init__()
+        if not 1 <= cfg.elites <= cfg.members:
+            raise ValueError(f"elites must be in 1..members ({cfg.members}), got {cfg.elites}")
+        self.state_dim, self.act_dim, self.members = state_dim, act_dim, cfg.members
+        self.out_dim = state_dim + 1  # delta state, reward
+        dims = [state_dim + act_dim, *cfg.hidden]
+        self.layers = nn.ModuleList(EnsembleLinear(cfg.members, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.head = EnsembleLinear(cfg.members, dims[-1], 2 * self.out_dim + 1)
+        self.max_logvar = nn.Parameter(torch.full((self.out_dim,), 0.5))
+        self.min_logvar = nn.Parameter(torch.full((self.out_dim,), -10.0))
+        self.register_buffer("in_mean", torch.zeros(dims[0]))
+        self.register_buffer("in_std", torch.ones(dims[0]))
+        self.register_buffer("out_mean", torch.zeros(self.out_dim))
+        self.register_buffer("out_std", torch.ones(self.out_dim))
+        self.register_buffer("elite_idx", torch.arange(cfg.elites))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x [members, B, state+act]`` (raw) -> standardized ``mean, logvar [members, B, out]`` and the
+        termination logit ``[members, B]``."""
+        h = (x - self.in_mean) / self.in_std
+        for layer in self.layers:
+            h = F.silu(layer(h))
+        mean, raw, term = self.head(h).split([self.out_dim, self.out_dim, 1], -1)
+        logvar = self.max_logvar - F.softplus(self.max_logvar - raw)
+        logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
+        return mean, logvar, term.squeeze(-1)
+
+    def loss(self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
+        """Gaussian NLL of the standardized targets (summed over members, mean over rows and dims), the
+        log-variance bound regularizer, and the termination cross-entropy."""
+        mean, logvar, term = self(x)
+        t = (target - self.out_mean) / self.out_std
+        nll = (((mean - t) ** 2) * torch.exp(-logvar) + logvar).mean((1, 2)).sum()
+        bound = 0.01 * (self.max_logvar.sum() - self.min_logvar.sum())
+        return nll + bound + F.binary_cross_entropy_with_logits(term, terminated, reduction="none").mean(1).sum()
+
+    @torch.no_grad()
+    def predict(self, state: torch.Tensor, action: torch.Tensor, generator: torch.Generator | None = None,
+                deterministic: bool = False) -> dict[str, torch.Tensor]:
+        """One step for every row of ``state [N, S]``, ``action [N, A]``: a random elite per row draws
+        ``next_state [N, S]`` and ``reward [N]`` (its mean with ``deterministic``); ``p_terminal [N]`` is the
+        elites' mean termination probability, ``disagreement [N]`` the largest per-dimension std of the elites'
+        standardized means."""
+        n = state.shape[0]
+        x = torch.cat([state, action], 1).expand(self.members, n, -1)
+        mean, logvar, term = self(x)
+        e = self.elite_idx
+        mean, logvar, term = mean[e], logvar[e], term[e]
+        pick = torch.randint(e.numel(), (n,), generator=generator, device=state.device)
+        rows = torch.arange(n, device=state.device)
+        out = mean[pick, rows]
+        if not deterministic:
+            noise = torch.randn(out.shape, generator=generator, device=state.device)
+            out = out + torch.exp(0.5 * logvar[pick, rows]) * noise
+        out = out * self.out_std + self.out_mean
+        spread = mean[..., :self.state_dim].std(0, unbiased=False) if e.numel() > 1 else mean[0, :, :self.state_dim] * 0
+        return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
+                "p_terminal": torch.sigmoid(term).mean(0), "disagreement": spread.amax(1)}
+
+
+_MEMBER_KEYS = ("layers.", "head.")  # per-member weights ([members, ...]); the log-variance bounds are shared
+
+
+def _standardize_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    std = x.std(0, unbiased=False)
+    return x.mean(0), torch.where(std < 1e-6, torch.ones_like(std), std)
+
+
+def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.Tensor, action: torch.Tensor,
+        reward: torch.Tensor, next_state: torch.Tensor, terminated: torch.Tensor, cfg: EnsembleConfig,
+        generator: torch.Generator) -> dict[str, float]:
+    """Fit on transitions ``[T, ...]`` for ``cfg.epochs`` epochs (at most ``cfg.max_updates`` steps); each member
+    ends with the weights of its best held-out epoch, and the elites are the members with the lowest held-out
+    MSE. Returns the held-out MSE of the elites (standardized units), the training loss, and the step count."""
+    x = torch.cat([state, action], 1)
+    y = torch.cat([next_state - state, reward[:, None]], 1)
+    done = terminated.float()
+    t = x.shape[0]
+    perm = torch.randperm(t, generator=generator, device=x.device)
+    n_hold = min(int(t * cfg.holdout), cfg.holdout_max) if t >= 20 else 0
+    hold, train = perm[:n_hold], perm[n_hold:]
+    with torch.no_grad():
+        model.in_mean.copy_(_standardize_stats(x[train])[0])
+        model.in_std.copy_(_standardize_stats(x[train])[1])
+        model.out_mean.copy_(_standardize_stats(y[train])[0])
+        model.out_std.copy_(_standardize_stats(y[train])[1])
+
+    def holdout_mse() -> torch.Tensor:
+        if n_hold == 0:
+            return torch.zeros(model.members, device=x.device)
+        with torch.no_grad():
+            mean, _, _ = model(x[hold].expand(model.members, -1, -1))
+            return ((mean - (y[hold] - model.out_mean) / model.out_std) ** 2).mean((1, 2))
+
+    best = holdout_mse()
+    snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+    batch = min(cfg.batch_size, train.numel())
+    per_epoch = max(1, train.numel() // batch)
+    steps, loss = 0, torch.zeros(())
+    for _ in range(cfg.epochs):
+        order = torch.argsort(torch.rand(model.members, train.numel(), generator=generator, device=x.device), 1)
+        for i in range(per_epoch):
+            if steps >= cfg.max_updates:
+                break
+            idx = train[order[:, i * batch:(i + 1) * batch]]  # [members, batch]: each member its own order
+            loss = model.loss(x[idx], y[idx], done[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            steps += 1
+        mse = holdout_mse()
+        better = mse < best
+        if bool(better.any()):  # keep, per member, the weights of its best epoch
+            best = torch.where(better, mse, best)
+            state_now = model.state_dict()
+            for k, v in snapshot.items():
+                if k.startswith(_MEMBER_KEYS):
+                    v[better] = state_now[k][better]
+        if steps >= cfg.max_updates:
+            break
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if k.startswith(_MEMBER_KEYS):
+                v.copy_(snapshot[k])
+        model.elite_idx.copy_(torch.argsort(best)[: model.elite_idx.numel()])
+    return {"model/holdout_mse": float(best[model.elite_idx].mean()), "model/train_loss": float(loss.detach()),
+            "model/fit_steps": float(steps), "model/transitions": float(t)}
