@@ -136,7 +136,7 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | tup
     """Resolve a run config; every error a user can cause is a one-line ``UserError``."""
     spec = TASKS.get(task)
     layers: list[tuple[dict, str, bool]] = []  # (values, where from, strict about other algorithms)
-    task_yaml = config_dir() / f"{task}.yaml"
+    task_yaml = config_dir() / f"{task.replace(':', '-')}.yaml"  # wm:pendulum -> wm-pendulum.yaml
     if task_yaml.exists():
         layers.append((OmegaConf.to_container(OmegaConf.load(task_yaml)), task_yaml.name, False))
     if preset:

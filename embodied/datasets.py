@@ -40,7 +40,7 @@ def write_minari(path: str | Path, episodes: list[dict], observation_space: gym.
 def _minari_version() -> str:
     import minari
 
-    return f"=={minari.__version__}"
+    return f"{minari.__version__}"
 
 
 def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[str, torch.Tensor]:
@@ -57,8 +57,8 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
         dataset = MinariDataset(data_dir)
         episodes = list(dataset.iterate_episodes())
     except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
-        raise UserError(f"cannot read the Minari dataset {path}: {str(e).splitlines()[0] if str(e) else e!r}") \
-            from None
+        why = str(e).splitlines()[0] if str(e) else repr(e)
+        raise UserError(f"cannot read the Minari dataset {path}: {why}") from None
     if not episodes:
         raise UserError(f"the dataset {path} has no episodes")
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("state", "action", "reward", "next_state", "terminated",

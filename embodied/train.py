@@ -58,8 +58,11 @@ def build(cfg: RunConfig, run_dir: Path):
     factory = TaskEnvFactory(*source_task(cfg), sim_device) if imagination is not None \
         else make_train_env_factory(cfg, sim_device)
     collector = make_collector(cfg.runtime.engine, factory, cfg.num_envs, cfg.seed, learner_device, cfg.runtime)
+    # the learner observes imagined steps besides (or instead of) the real ones: its budget of observed steps
+    observed = cfg.total_steps if imagination is None else \
+        int(cfg.total_steps * imagination.observed_per_real_step(collector.num_envs))
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
-                       learner_device, cfg.seed, cfg.total_steps, cfg.policy, collector.symmetry_group(),
+                       learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
                        collector.layout())
     try:
         algo = algo_cls.build(cfg.algo_config, ctx)

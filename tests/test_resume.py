@@ -74,10 +74,15 @@ CASES = {
     "sac-fixed-buffer": ("quadrotor-hover", ["algo=sac", "sac.buffer_size=1024"]),
     "td3": ("quadrotor-hover", ["algo=td3"]),
     "ppo": ("pendulum", []),
+    # a run that learns its model while training: the model, its optimizer, the real transitions and the
+    # imagined rollouts are state too
+    "wm-dyna": ("wm:pendulum", ["env.warmup=256", "env.refit_every=256", "env.model_envs=16",
+                                "env.ensemble.hidden=[32,32]", "env.ensemble.epochs=2",
+                                "sac.buffer_size=8192"]),
 }
 
 
-@pytest.mark.parametrize("case", ["sac", "sac-fixed-buffer", "td3", "ppo"])
+@pytest.mark.parametrize("case", ["sac", "sac-fixed-buffer", "td3", "ppo", "wm-dyna"])
 def test_resume_matches_uninterrupted_run(tmp_path, one_thread, case):
     task, extra = CASES[case]
     train(load_config(task, "debug", [*QUIET, *extra, "total_steps=2048"]), tmp_path / "A")
@@ -90,6 +95,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, one_thread, case):
     assert sorted(a["algo"]) == sorted(b["algo"])  # same pieces of algorithm state on both sides
     assert "generator" in a["algo"] and "generator" in a["collector"]["env"]  # RNG states are compared too
     assert "buffer" in a["algo"] or task != "quadrotor-hover"
+    assert ("imagination" in a) == task.startswith("wm:")
     diff = differences(a, b)
     assert not diff, "resumed run differs from the uninterrupted one:\n" + "\n".join(diff[:40])
 

@@ -59,7 +59,12 @@ def _check_log(log: dict) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_task_conformance(task, device):
-    env = embodied.make_env(task, num_envs=NUM_ENVS, device=device, seed=0)
+    check_conformance(task, device)
+
+
+def check_conformance(task: str, device: str, **overrides) -> None:
+    """The sweep of one task (``overrides``: task config fields, for a task that needs some, e.g. a model)."""
+    env = embodied.make_env(task, num_envs=NUM_ENVS, device=device, seed=0, **overrides)
     assert env.num_envs == NUM_ENVS and env.device == torch.device(device)
     assert "policy" in env.single_observation_space.spaces
     obs, info = env.reset(seed=0)
@@ -117,26 +122,35 @@ def _actions(env, num_steps: int, seed: int = 0) -> list[torch.Tensor]:
     return [_random_action(env, gen) for _ in range(num_steps)]
 
 
-def _rollout(task: str, make_seed: int, reset_seed: int | None, num_steps: int) -> list[torch.Tensor]:
-    env = embodied.make_env(task, num_envs=NUM_ENVS, seed=make_seed, **TASKS.get(task).sweep_overrides)
+def _rollout(task: str, make_seed: int, reset_seed: int | None, num_steps: int, overrides: dict) -> list[torch.Tensor]:
+    env = embodied.make_env(task, num_envs=NUM_ENVS, seed=make_seed, **TASKS.get(task).sweep_overrides, **overrides)
     obs, _ = env.reset(seed=reset_seed)
     return _flatten(obs) + _steps(env, _actions(env, num_steps))
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_seeding_is_bitwise_deterministic(task):
-    steps = embodied.make_env(task, num_envs=1, **TASKS.get(task).sweep_overrides).max_episode_steps + 3  # autoreset
+    check_seeding(task)
+
+
+def check_seeding(task: str, **overrides) -> None:
+    env = embodied.make_env(task, num_envs=1, **TASKS.get(task).sweep_overrides, **overrides)
+    steps, o = env.max_episode_steps + 3, overrides  # autoreset
     # the constructor's seed
-    assert _same(_rollout(task, 3, None, steps), _rollout(task, 3, None, steps))
-    assert not _same(_rollout(task, 3, None, steps), _rollout(task, 4, None, steps))
+    assert _same(_rollout(task, 3, None, steps, o), _rollout(task, 3, None, steps, o))
+    assert not _same(_rollout(task, 3, None, steps, o), _rollout(task, 4, None, steps, o))
     # the reset's seed re-seeds, whatever the constructor's was
-    assert _same(_rollout(task, 0, 7, steps), _rollout(task, 1, 7, steps))
-    assert not _same(_rollout(task, 0, 7, steps), _rollout(task, 0, 8, steps))
+    assert _same(_rollout(task, 0, 7, steps, o), _rollout(task, 1, 7, steps, o))
+    assert not _same(_rollout(task, 0, 7, steps, o), _rollout(task, 0, 8, steps, o))
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_state_dict_round_trip_continues_exactly(task):
-    env = embodied.make_env(task, num_envs=NUM_ENVS, seed=1)
+    check_round_trip(task)
+
+
+def check_round_trip(task: str, **overrides) -> None:
+    env = embodied.make_env(task, num_envs=NUM_ENVS, seed=1, **overrides)
     env.reset()
     before = env.max_episode_steps - 2
     _steps(env, _actions(env, before, seed=0))
@@ -147,7 +161,7 @@ def test_state_dict_round_trip_continues_exactly(task):
     state = torch.load(buffer, weights_only=True)
     actions = _actions(env, 5, seed=1)  # the 5 steps cross the truncation at max_episode_steps
     expected = _steps(env, actions)
-    fresh = embodied.make_env(task, num_envs=NUM_ENVS, seed=12345)
+    fresh = embodied.make_env(task, num_envs=NUM_ENVS, seed=12345, **overrides)
     fresh.load_state_dict(state)
     assert _same(_steps(fresh, actions), expected)
 

@@ -52,11 +52,15 @@ class TransitionStore:
         return col.squeeze(1) if col.shape[1] == 1 and name not in ("state", "next_state", "action") else col
 
     def state_dict(self) -> dict:
-        return {"size": self.size, "pos": self.pos, "storage": self.storage[: self.size].clone()}
+        """The rows oldest first (so a store of another capacity, a resumed run's larger budget, continues)."""
+        rows = self.storage[: self.size]
+        return {"rows": torch.cat([rows[self.pos:], rows[: self.pos]]) if self.size == self.capacity else rows.clone()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.size, self.pos = int(state["size"]), int(state["pos"])
-        self.storage[: self.size] = state["storage"]
+        rows = state["rows"][-self.capacity:]
+        self.size = rows.shape[0]
+        self.pos = self.size % self.capacity
+        self.storage[: self.size] = rows
 
 
 class Imagination:
@@ -93,6 +97,10 @@ class Imagination:
     @property
     def learner_sees_real(self) -> bool:
         return self.cfg.mode == "dyna"
+
+    def observed_per_real_step(self, num_envs: int) -> float:
+        """Steps the learner observes per real step of ``num_envs`` envs (its replay is sized by this)."""
+        return (1.0 if self.learner_sees_real else 0.0) + self.cfg.model_envs * self.cfg.model_steps / num_envs
 
     def _offline_data(self) -> dict | None:
         if not self.cfg.data:

@@ -1,0 +1,121 @@
+"""Exact values of the DreamerV3 tricks (symlog / symexp, two-hot, unimix, categorical KL with free bits and
+balancing), and the ensemble recovering a known linear system."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from embodied.sim_backends.world_model import EnsembleConfig, ProbabilisticEnsemble, fit
+from embodied.sim_backends.world_model.tricks import (
+    TwoHot,
+    categorical_kl,
+    kl_loss,
+    straight_through_sample,
+    symexp,
+    symlog,
+    unimix,
+)
+
+
+def test_symlog_and_symexp():
+    x = torch.tensor([0.0, math.e - 1, -(math.e - 1), math.e ** 3 - 1])
+    assert torch.allclose(symlog(x), torch.tensor([0.0, 1.0, -1.0, 3.0]))
+    y = torch.linspace(-1e4, 1e4, 101, dtype=torch.float64)
+    assert torch.allclose(symexp(symlog(y)), y, rtol=1e-12)
+    assert torch.allclose(symexp(torch.tensor([2.0])), torch.tensor([math.e ** 2 - 1]))
+
+
+def test_two_hot_weights_decode_and_loss():
+    th = TwoHot(-2.0, 2.0, 5)  # bins -2, -1, 0, 1, 2 in symlog space
+    y = torch.tensor([math.exp(0.25) - 1, 1000.0, -1000.0, 0.0])
+    t = th.encode(y)
+    assert torch.allclose(t[0], torch.tensor([0.0, 0.0, 0.75, 0.25, 0.0]))
+    assert torch.allclose(t[1], torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]))  # beyond the range: the end bin
+    assert torch.allclose(t[2], torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0]))
+    assert torch.allclose(t[3], torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0]))
+    # a prediction whose softmax is the target decodes to the target (inside the range)
+    assert torch.allclose(th.decode(torch.log(t[0].clamp_min(1e-30))), y[0], atol=1e-6)
+    # uniform logits: cross-entropy log(5) whatever the target
+    assert torch.allclose(th.loss(torch.zeros(4, 5), y), torch.full((4,), math.log(5)))
+    # DreamerV3's bins
+    assert TwoHot().bins.shape == (255,) and abs(float(TwoHot().bins[127])) < 1e-6
+
+
+def test_unimix_and_categorical_kl():
+    logp = unimix(torch.tensor([[math.log(3.0), 0.0]]), 0.01)
+    assert torch.allclose(logp.exp(), torch.tensor([[0.99 * 0.75 + 0.005, 0.99 * 0.25 + 0.005]]))
+    assert torch.isfinite(unimix(torch.tensor([[0.0, -1e9]]))).all()  # no class at probability 0
+    p = torch.log(torch.tensor([[[0.5, 0.5]]]))  # [batch 1, groups 1, classes 2]
+    q = torch.log(torch.tensor([[[0.25, 0.75]]]))
+    expected = 0.5 * math.log(2.0) + 0.5 * math.log(0.5 / 0.75)
+    assert torch.allclose(categorical_kl(p, q), torch.tensor([expected]))
+    two_groups = torch.cat([p, p], 1), torch.cat([q, q], 1)  # KL sums over groups
+    assert torch.allclose(categorical_kl(*two_groups), torch.tensor([2 * expected]))
+
+
+def test_free_bits_and_kl_balance():
+    p = torch.log(torch.tensor([[[0.5, 0.5]]]))
+    q = torch.log(torch.tensor([[[0.25, 0.75]]]))
+    kl = 0.5 * math.log(2.0) + 0.5 * math.log(0.5 / 0.75)
+    loss, dyn, rep = kl_loss(p, q, free_nats=1.0, dyn=0.5, rep=0.1)
+    assert torch.allclose(loss, torch.tensor([0.6]))  # both terms below 1 nat: clipped to 1
+    assert torch.allclose(dyn, torch.tensor([kl])) and torch.allclose(rep, torch.tensor([kl]))
+    loss, _, _ = kl_loss(p, q, free_nats=0.1, dyn=0.5, rep=0.1)
+    assert torch.allclose(loss, torch.tensor([0.6 * kl]))
+    # below the free nats no gradient reaches either side
+    post, prior = p.clone().requires_grad_(), q.clone().requires_grad_()
+    kl_loss(post, prior, free_nats=1.0)[0].sum().backward()
+    assert float(post.grad.abs().sum()) == 0.0 and float(prior.grad.abs().sum()) == 0.0
+    # the dynamics term trains only the prior, the representation term only the posterior
+    post, prior = p.clone().requires_grad_(), q.clone().requires_grad_()
+    kl_loss(post, prior, free_nats=0.0, dyn=1.0, rep=0.0)[0].sum().backward()
+    assert float(post.grad.abs().sum()) == 0.0 and float(prior.grad.abs().sum()) > 0.0
+    post, prior = p.clone().requires_grad_(), q.clone().requires_grad_()
+    kl_loss(post, prior, free_nats=0.0, dyn=0.0, rep=1.0)[0].sum().backward()
+    assert float(post.grad.abs().sum()) > 0.0 and float(prior.grad.abs().sum()) == 0.0
+
+
+def test_straight_through_sample_is_one_hot_with_gradient():
+    logits = torch.randn(4, 3, 5, requires_grad=True)
+    s = straight_through_sample(unimix(logits), torch.Generator().manual_seed(0))
+    assert torch.allclose(s.detach().sum(-1), torch.ones(4, 3))
+    assert set(s.detach().unique().tolist()) <= {0.0, 1.0}
+    (s * torch.arange(5.0)).sum().backward()
+    assert logits.grad.abs().sum() > 0
+
+
+def test_ensemble_recovers_a_linear_system():
+    torch.manual_seed(0)
+    a = torch.tensor([[0.9, 0.1, 0.0], [0.0, 0.95, 0.05], [-0.1, 0.0, 0.8]])
+    b = torch.tensor([[0.0], [0.1], [0.5]])
+    c = torch.tensor([1.0, -0.5, 0.25])
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(4000, 3, generator=g) * 2 - 1
+    u = torch.rand(4000, 1, generator=g) * 2 - 1
+    x_next = x @ a.T + u @ b.T
+    r = x @ c + 0.3 * u[:, 0]
+    cfg = EnsembleConfig(members=3, elites=2, hidden=[64, 64], epochs=60, max_updates=10_000, lr=3e-3)
+    model = ProbabilisticEnsemble(3, 1, cfg)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    out = fit(model, opt, x, u, r, x_next, torch.zeros(4000, dtype=torch.bool), cfg, g)
+    assert out["model/holdout_mse"] < 1e-3
+    # the model's mean prediction, read back as a linear map by least squares on fresh points
+    xt = torch.rand(500, 3, generator=g) * 2 - 1
+    ut = torch.rand(500, 1, generator=g) * 2 - 1
+    pred = model.predict(xt, ut, g, deterministic=True)
+    design = torch.cat([xt, ut, torch.ones(500, 1)], 1)
+    coef = torch.linalg.lstsq(design, torch.cat([pred["next_state"], pred["reward"][:, None]], 1)).solution
+    assert torch.allclose(coef[:3, :3].T, a, atol=0.03), coef[:3, :3].T
+    assert torch.allclose(coef[3, :3], b[:, 0], atol=0.03)
+    assert torch.allclose(coef[:3, 3], c, atol=0.03) and abs(float(coef[3, 3]) - 0.3) < 0.03
+    assert float(pred["p_terminal"].max()) < 0.05
+    assert float(pred["disagreement"].mean()) < 0.1
+
+
+@pytest.mark.parametrize("elites", [0, 4])
+def test_ensemble_rejects_bad_elites(elites):
+    with pytest.raises(ValueError):
+        ProbabilisticEnsemble(3, 1, EnsembleConfig(members=3, elites=elites))
