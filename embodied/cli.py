@@ -1,4 +1,4 @@
-"""The ``embodied`` command line: train, eval, tasks.
+"""The ``embodied`` command line: train, eval, export, deploy, wm-report, tasks.
 
 Errors a user can cause end in one line on stderr and exit status 2, never a traceback."""
 
@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=int, default=100)
     e.add_argument("--video", action="store_true", help="also write a rollout video into the run directory")
     e.add_argument("--seed", type=int, default=None, help="initial-state seed (default: the run's eval seed)")
+    w = sub.add_parser("wm-report", help="open-loop prediction error of a world-model run's model against horizon")
+    w.add_argument("--run", required=True, help="run directory of a wm:<task> run (holding world_model.pt)")
+    w.add_argument("--episodes", type=int, default=20, help="held-out real episodes to record (default 20)")
+    w.add_argument("--horizon", type=int, default=50, help="longest open-loop horizon [steps] (default 50)")
+    w.add_argument("--seed", type=int, default=None, help="seed of the held-out episodes")
     sub.add_parser("tasks", help="list registered tasks")
     x = sub.add_parser("export", help="write a deploy bundle (ONNX, C) of a trained run")
     x.add_argument("--run", required=True, help="run directory")
@@ -110,6 +115,17 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_wm_report(args) -> int:
+    from embodied.tasks.world_model.report import HORIZONS, wm_report
+
+    if args.episodes < 1 or args.horizon < 1:
+        raise UserError("--episodes and --horizon must be >= 1")
+    result = wm_report(Path(args.run), args.episodes, args.seed, horizon=args.horizon)
+    print(json.dumps({"report": str(Path(args.run) / "wm_report.json"), "task": result["task"],
+                      "nmse": {h: r["nmse"] for h, r in result["horizons"].items() if int(h) in HORIZONS}}))
+    return 0
+
+
 def _cmd_tasks(_args) -> int:
     import embodied.tasks  # noqa: F401
     from embodied.config import load_config
@@ -135,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             args.overrides = [*args.overrides, *extra]
         commands = {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks, "export": _cmd_export,
-                    "deploy": _cmd_deploy}
+                    "deploy": _cmd_deploy, "wm-report": _cmd_wm_report}
         return commands[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

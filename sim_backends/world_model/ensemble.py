@@ -107,6 +107,16 @@ class ProbabilisticEnsemble(nn.Module):
         return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
                 "p_terminal": torch.sigmoid(term).mean(0), "disagreement": spread.amax(1)}
 
+    @torch.no_grad()
+    def expected(self, state: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The elites' mean prediction (no sampling, no member choice): ``next_state [N, S]``, ``reward [N]``,
+        ``p_terminal [N]``; what open-loop error reports measure."""
+        n = state.shape[0]
+        mean, _, term = self(torch.cat([state, action], 1).expand(self.members, n, -1))
+        out = mean[self.elite_idx].mean(0) * self.out_std + self.out_mean
+        return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
+                "p_terminal": torch.sigmoid(term[self.elite_idx]).mean(0)}
+
 
 _MEMBER_KEYS = ("layers.", "head.")  # per-member weights ([members, ...]); the log-variance bounds are shared
 

@@ -4,6 +4,7 @@ Minari datasets round-trip, and a policy trained only in the model swings the re
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -145,3 +146,44 @@ def test_sac_trained_only_in_the_model_swings_the_real_pendulum_up(tmp_path):
     cfg = load_config("wm:pendulum", None, [*QUIET, "env.mode=dream", "total_steps=3000", "log.eval_every=0"])
     _, summary = train(cfg, tmp_path / "run")
     assert summary["eval/return"] >= _floors()["sac_pendulum_dream"], summary
+
+
+class _Drift:
+    """A 'model' that adds 1 to every state dimension per step and predicts reward 0."""
+
+    def expected(self, state, action):
+        return {"next_state": state + 1.0, "reward": torch.zeros(state.shape[0]),
+                "p_terminal": torch.zeros(state.shape[0])}
+
+
+def test_open_loop_error_counts_exact_horizons():
+    from embodied.tasks.world_model.report import open_loop_error
+
+    # 2 episodes of a state that stays at 0 for 6 steps (the second ends after 4), reward 1 per step
+    e, t = 2, 6
+    data = {"state": torch.zeros(e, t + 1, 2), "action": torch.zeros(e, t, 1), "reward": torch.ones(e, t),
+            "terminated": torch.zeros(e, t, dtype=torch.bool), "valid": torch.ones(e, t, dtype=torch.bool)}
+    data["valid"][1, 4:] = False
+    data["state"][:, :, 1] = torch.arange(t + 1.0)  # dim 1 varies, so the normalizer is finite
+    out = open_loop_error(_Drift(), data, horizon=5, stride=2)
+    # starts: episode 0 at t0 = 0, 2, 4; episode 1 at 0, 2. Horizon h compares step t0 + h - 1, which must be
+    # inside the episode: h=1, 2: all 5; h=3: steps 2, 4, (6: past the end) and 2, (4: ended) -> 3.
+    # Dim 0 is off by h, dim 1 by 0 (it grows by 1 per step as the drift does)
+    assert out["curve"]["pairs"][:3] == [5, 5, 3]
+    assert out["curve"]["mse"][:3] == [0.5, 2.0, 4.5]  # mean over dims of (h^2, 0)
+    assert out["curve"]["reward_mae"][0] == 1.0
+    assert out["termination_accuracy_1step"] == 1.0
+    assert out["held_out_steps"] == 10 and out["starts"] == 5
+
+
+def test_wm_report_cli_writes_json_and_plot(tmp_path):
+    from embodied.cli import main
+
+    run = tmp_path / "run"
+    train(load_config("wm:pendulum", "debug", [*QUIET, "total_steps=512", "env.warmup=256", "env.model_envs=8",
+                                               "env.ensemble.hidden=[16]", "env.ensemble.epochs=1"]), run)
+    assert main(["wm-report", "--run", str(run), "--episodes", "3", "--horizon", "15"]) == 0
+    report = json.loads((run / "wm_report.json").read_text())
+    assert sorted(report["horizons"], key=int) == ["1", "5", "15"] and report["task"] == "pendulum"
+    assert len(report["curve"]["nmse"]) == 15 and (run / "wm_report.png").stat().st_size > 0
+    assert main(["wm-report", "--run", str(tmp_path / "none")]) == 2
