@@ -1,0 +1,157 @@
+"""World models (issue 11): dream-to-real, and open-loop error against horizon.
+
+For a task T (pendulum by default):
+
+- ``real``: SAC in the real simulator (``embodied train --task T algo=sac``), evaluated every ``--eval-every``
+  real steps. Its budget B is the first evaluation at >= 90% of its final return (success for tasks that report
+  it, i.e. quadrotor-hover), measured from ``random``'s return as the zero;
+- ``random``: uniform random actions on the evaluation env (R_random);
+- ``dream``: ``embodied train --task wm:T env.mode=dream total_steps=B``: B real steps only fit the model, SAC
+  learns only from imagined rollouts; evaluated on the real task (R_dream). Then ``embodied wm-report`` on it;
+- ``dyna``: the same with ``env.mode=dyna`` (SAC also learns from the B real steps).
+
+Score = (R_dream - R_random) / (R_real(B) - R_random), R_real(B) the real learner's evaluation at B. Resumable: one
+JSON per (variant, task, seed) under ``--out``; finished ones are skipped (``--force`` redoes them).
+
+    python scripts/bench/bench_world_model.py [--tasks pendulum] [--seeds 0] [--variants real random dream dyna]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import machine_info  # noqa: E402
+
+# the real learner per task: SAC at an update-to-data ratio of 1 (the usual SAC), same network sizes as the
+# model-based runs (the PolicyConfig defaults)
+REAL = {"pendulum": ["num_envs=4", "total_steps=20000", "sac.updates_per_step=1", "sac.warmup_steps=1000",
+                     "log.eval_every=1000", "log.eval_episodes=20", "log.checkpoint_every=0"]}
+MODEL = {"pendulum": ["log.eval_every=1000", "log.eval_episodes=20"]}  # the rest from configs/wm-pendulum.yaml
+
+
+def _train(args: list[str], run_dir: Path, timeout_s: float) -> tuple[dict, float, list[dict]]:
+    cmd = ["embodied", "train", "--run-dir", str(run_dir), "log.progress=false", *args]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    return {"command": " ".join(cmd), **json.loads(proc.stdout.strip().splitlines()[-1])}, wall, \
+        [r for r in rows if "eval/return" in r]
+
+
+def _score(r: dict) -> float:
+    return r.get("eval/success", r["eval/return"]) if "eval/success" in r else r["eval/return"]
+
+
+def run_real(task: str, seed: int, out: Path, timeout_s: float) -> dict:
+    summary, wall, evals = _train(["--task", task, "algo=sac", f"seed={seed}", *REAL[task]],
+                                  out / "runs" / f"real_{task}_seed{seed}", timeout_s)
+    return {"summary": summary, "process_wall_s": round(wall, 1),
+            "curve": [(r["step"], _score(r), round(r["time/wall_s"], 1)) for r in evals]}
+
+
+def run_random(task: str, seed: int) -> dict:
+    import torch
+
+    import embodied.tasks  # noqa: F401
+    from embodied.config import load_config
+    from embodied.evaluate import evaluate, make_eval_env
+
+    cfg = load_config(task, None, [f"seed={seed}", *REAL[task]])
+    env = make_eval_env(cfg, num_envs=100)
+    g = torch.Generator().manual_seed(seed)
+    low = torch.as_tensor(env.single_action_space.low)
+    high = torch.as_tensor(env.single_action_space.high)
+    act = lambda o: low + torch.rand(o.shape[0], low.numel(), generator=g) * (high - low)  # noqa: E731
+    return evaluate(act, env, seed=seed + 12345)
+
+
+def budget(real: dict, random_score: float) -> int:
+    """The first evaluation step at >= 90% of the final score, measured from the random score."""
+    curve = real["curve"]
+    final = curve[-1][1]
+    target = random_score + 0.9 * (final - random_score)
+    return next(step for step, score, _ in curve if score >= target)
+
+
+def run_model(task: str, mode: str, seed: int, steps: int, out: Path, timeout_s: float) -> dict:
+    run_dir = out / "runs" / f"{mode}_{task}_seed{seed}"
+    summary, wall, evals = _train(["--task", f"wm:{task}", f"seed={seed}", f"env.mode={mode}", f"total_steps={steps}",
+                                   *MODEL[task]], run_dir, timeout_s)
+    report = subprocess.run(["embodied", "wm-report", "--run", str(run_dir)], capture_output=True, text=True,
+                            timeout=timeout_s)
+    open_loop = json.loads((run_dir / "wm_report.json").read_text()) if report.returncode == 0 else None
+    return {"summary": summary, "process_wall_s": round(wall, 1), "real_steps": steps,
+            "curve": [(r["step"], _score(r), round(r["time/wall_s"], 1)) for r in evals],
+            "open_loop": {k: open_loop[k] for k in ("horizons", "termination_accuracy_1step", "held_out_steps")}
+            if open_loop else report.stderr.strip()[-300:]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", nargs="*", default=["pendulum"], choices=list(REAL))
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0])
+    ap.add_argument("--variants", nargs="*", default=["real", "random", "dream", "dyna"])
+    ap.add_argument("--timeout-s", type=float, default=3600.0)
+    ap.add_argument("--out", default="bench_results/world_model")
+    ap.add_argument("--force", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    from embodied.provenance import code_commit
+
+    for task in args.tasks:
+        for seed in args.seeds:
+            done = {}
+            for variant in ["real", "random", "dream", "dyna"]:
+                path = out / f"{variant}_{task}_seed{seed}.json"
+                if path.exists() and not (args.force and variant in args.variants):
+                    done[variant] = json.loads(path.read_text())
+                    continue
+                if variant not in args.variants:
+                    continue
+                print(f"running {variant} {task} seed {seed}", file=sys.stderr, flush=True)
+                if variant == "real":
+                    result = run_real(task, seed, out, args.timeout_s)
+                elif variant == "random":
+                    result = run_random(task, seed)
+                else:
+                    steps = budget(done["real"], done["random"].get("eval/success", done["random"]["eval/return"]))
+                    result = run_model(task, variant, seed, steps, out, args.timeout_s)
+                done[variant] = {"variant": variant, "task": task, "seed": seed, "commit": code_commit(), **result}
+                path.write_text(json.dumps(done[variant], indent=1))
+    summary = {"bench": "world_model", "machine": machine_info(), "runs": []}
+    for task in args.tasks:
+        for seed in args.seeds:
+            files = {v: out / f"{v}_{task}_seed{seed}.json" for v in ("real", "random", "dream", "dyna")}
+            if not all(p.exists() for p in files.values()):
+                continue
+            r = {v: json.loads(p.read_text()) for v, p in files.items()}
+            rand = r["random"].get("eval/success", r["random"]["eval/return"])
+            b = budget(r["real"], rand)
+            real_at_b = next(s for step, s, _ in r["real"]["curve"] if step == b)
+            row = {"task": task, "seed": seed, "budget_real_steps": b, "R_random": rand, "R_real_at_budget": real_at_b,
+                   "R_real_final": r["real"]["curve"][-1][1], "real_wall_s_to_budget":
+                   next(w for step, _, w in r["real"]["curve"] if step == b)}
+            for mode in ("dream", "dyna"):
+                final = r[mode]["curve"][-1][1]
+                row[f"R_{mode}"] = final
+                row[f"{mode}_to_real_score"] = (final - rand) / (real_at_b - rand)
+                row[f"{mode}_wall_s"] = r[mode]["process_wall_s"]
+                ol = r[mode]["open_loop"]
+                row[f"{mode}_open_loop_nmse"] = {h: v["nmse"] for h, v in ol["horizons"].items()} \
+                    if isinstance(ol, dict) else ol
+            summary["runs"].append(row)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
