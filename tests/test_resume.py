@@ -76,7 +76,8 @@ CASES = {
     "ppo": ("pendulum", []),
     # a run that learns its model while training: the model, its optimizer, the real transitions and the
     # imagined rollouts are state too
-    "wm-dyna": ("wm:pendulum", ["env.warmup=256", "env.refit_every=256", "env.model_envs=16",
+    # (refits every 384 steps: a checkpoint at 1024 falls between two, so the start states as of the last fit count)
+    "wm-dyna": ("wm:pendulum", ["env.warmup=256", "env.refit_every=384", "env.model_envs=16",
                                 "env.ensemble.hidden=[32,32]", "env.ensemble.epochs=2",
                                 "sac.buffer_size=8192"]),
 }

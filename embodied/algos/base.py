@@ -62,6 +62,12 @@ class Transition:
     # engine dropped the step in between, e.g. the one in flight at a checkpoint); learners that link
     # consecutive transitions (n-step rows) must not link across it
     fresh: torch.Tensor | None = None
+    # which collector produced it: the run's own (MAIN_STREAM) or another beside it (a learned model's rollouts);
+    # learners that link consecutive transitions keep one set of windows per stream
+    stream: str = "main"
+
+
+MAIN_STREAM = "main"
 
 
 def split_act(out) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

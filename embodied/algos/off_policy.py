@@ -12,7 +12,16 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from embodied.algos.base import OFF_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
+from embodied.algos.base import (
+    MAIN_STREAM,
+    OFF_POLICY,
+    Algorithm,
+    BuildContext,
+    Obs,
+    Transition,
+    critic_dim,
+    critic_obs,
+)
 from embodied.algos.optim import FusedAdam, clip_grad_norm_
 from embodied.algos.replay import NStepReturns, ReplayBuffer
 from embodied.config import PolicyConfig
@@ -83,7 +92,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
         self._head_dims = (obs_dim, cdim, act_dim)
         self.nstep = NStepReturns(cfg.n_step, cfg.gamma, num_envs, sum(self._head_dims), self.device)
-        self.streams: dict[int, NStepReturns] = {}  # other collectors' envs (another batch size), by batch size
+        self.streams: dict[str, NStepReturns] = {}  # the windows of other collectors' envs, by stream
         self.num_observed = 0  # env steps stored
         self.num_updates = 0  # critic gradient steps
         self._credit = 0.0  # fractional critic steps owed (updates_per_step * env steps)
@@ -141,7 +150,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def observe(self, tr: Transition) -> None:
         update_normalizer(self.pi, tr.obs["policy"])
-        head, reward, discount, tail = self._nstep_for(tr.reward.shape[0]).push(
+        head, reward, discount, tail = self._nstep_for(tr.stream, tr.reward.shape[0]).push(
             torch.cat([tr.obs["policy"], critic_obs(tr.obs), tr.action], 1), tr.reward, tr.terminated,
             tr.truncated, torch.cat([tr.next_obs["policy"], critic_obs(tr.next_obs)], 1), tr.fresh)
         if reward.shape[0]:
@@ -154,14 +163,14 @@ class OffPolicyAlgorithm(Algorithm):
         if self.num_observed >= self.cfg.warmup_steps and self.buffer.size >= self.cfg.batch_size:
             self._credit += n * self.cfg.updates_per_step
 
-    def _nstep_for(self, n: int) -> NStepReturns:
-        """The n-step windows of a stream of ``n`` envs: the run's own collector, or another one of a different
-        batch size (a learned model's rollouts beside the real envs) with windows of its own."""
-        if n == self.num_envs:
+    def _nstep_for(self, stream: str, n: int) -> NStepReturns:
+        """The n-step windows of a stream of ``n`` envs: the run's own collector's, or another collector's beside
+        it (a learned model's rollouts), which never link to the real envs' steps."""
+        if stream == MAIN_STREAM:
             return self.nstep
-        if n not in self.streams:
-            self.streams[n] = NStepReturns(self.cfg.n_step, self.cfg.gamma, n, sum(self._head_dims), self.device)
-        return self.streams[n]
+        if stream not in self.streams:
+            self.streams[stream] = NStepReturns(self.cfg.n_step, self.cfg.gamma, n, sum(self._head_dims), self.device)
+        return self.streams[stream]
 
     def update(self) -> dict[str, torch.Tensor]:
         metrics: dict[str, torch.Tensor] = {}
@@ -215,8 +224,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.num_observed = int(state["num_observed"])
         self.num_updates = int(state["num_updates"])
         self._credit = float(state["credit"])
-        for n, windows in state.get("streams", {}).items():
-            self._nstep_for(int(n)).load_state_dict(windows)
+        for stream, windows in state.get("streams", {}).items():
+            self._nstep_for(stream, windows["head"].shape[1]).load_state_dict(windows)
         if "nstep" in state:
             self.nstep.load_state_dict(state["nstep"])
         else:  # a checkpoint from before n-step rows stored `done`; the column now holds gamma (1 - done)

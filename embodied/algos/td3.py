@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from embodied.algos.base import Transition
+from embodied.algos.base import MAIN_STREAM, Transition
 from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
@@ -56,12 +56,15 @@ class TD3(OffPolicyAlgorithm):
 
     def _explore(self, obs: torch.Tensor) -> torch.Tensor:
         a = self.pi.act(obs)
-        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * self.noise_std
+        # per-env noise scales belong to the run's own envs; another collector's (a model's rollouts) get the base
+        std = self.noise_std if obs.shape[0] == self.num_envs else self.cfg.exploration_noise
+        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * std
         return (a + noise).clamp(-1.0, 1.0)
 
     def observe(self, tr: Transition) -> None:
         super().observe(tr)
-        self._redraw_noise(tr.terminated | tr.truncated)
+        if tr.stream == MAIN_STREAM:
+            self._redraw_noise(tr.terminated | tr.truncated)
 
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         """    a'   = clip(pi'(s') + clip(N(0, s~), -c, c), -1, 1)

@@ -169,7 +169,8 @@ def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.T
             opt.step()
             steps += 1
         mse = holdout_mse()
-        better = mse < best
+        # without held-out rows nothing ranks the epochs: every epoch is kept (the last one wins)
+        better = mse < best if n_hold else torch.ones_like(mse, dtype=torch.bool)
         if bool(better.any()):  # keep, per member, the weights of its best epoch
             best = torch.where(better, mse, best)
             state_now = model.state_dict()
@@ -183,5 +184,7 @@ def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.T
             if k.startswith(_MEMBER_KEYS):
                 v.copy_(snapshot[k])
         model.elite_idx.copy_(torch.argsort(best)[: model.elite_idx.numel()])
+    if not n_hold:
+        best = torch.full_like(best, float("nan"))
     return {"model/holdout_mse": float(best[model.elite_idx].mean()), "model/train_loss": float(loss.detach()),
             "model/fit_steps": float(steps), "model/transitions": float(t)}

@@ -137,7 +137,12 @@ def test_minari_round_trip_and_training_from_a_dataset(tmp_path):
     assert (run / "world_model.pt").is_file()
     wm = embodied.make_env("wm:target", num_envs=2, model=str(run))
     wm.reset(seed=0)
-    wm.step(torch.zeros(2, *wm.single_action_space.shape))
+    obs, reward, _, _, info = wm.step(torch.zeros(2, *wm.single_action_space.shape))
+    assert obs["policy"].shape == (2, env.single_observation_space["policy"].shape[0])
+    assert torch.isfinite(obs["policy"]).all() and torch.isfinite(reward).all() and info["uncertainty"].shape == (2,)
+    # a dataset of another task's shapes is one line
+    with pytest.raises(UserError, match="observation /"):
+        train(load_config("wm:pendulum", "debug", [*QUIET, f"env.data={path}"]), tmp_path / "run2")
 
 
 def test_sac_trained_only_in_the_model_swings_the_real_pendulum_up(tmp_path):
@@ -172,6 +177,7 @@ def test_open_loop_error_counts_exact_horizons():
     assert out["curve"]["pairs"][:3] == [5, 5, 3]
     assert out["curve"]["mse"][:3] == [0.5, 2.0, 4.5]  # mean over dims of (h^2, 0)
     assert out["curve"]["reward_mae"][0] == 1.0
+    assert out["horizons"]["5"]["mse_mean"] == pytest.approx(sum(out["curve"]["mse"]) / 5)
     assert out["termination_accuracy_1step"] == 1.0
     assert out["held_out_steps"] == 10 and out["starts"] == 5
 
@@ -187,3 +193,17 @@ def test_wm_report_cli_writes_json_and_plot(tmp_path):
     assert sorted(report["horizons"], key=int) == ["1", "5", "15"] and report["task"] == "pendulum"
     assert len(report["curve"]["nmse"]) == 15 and (run / "wm_report.png").stat().st_size > 0
     assert main(["wm-report", "--run", str(tmp_path / "none")]) == 2
+
+
+@pytest.mark.parametrize("algo", ["td3", "sac"])
+def test_either_learner_trains_in_the_model_with_n_step_windows_per_stream(tmp_path, algo):
+    # as many model envs as real ones: the imagined steps still get windows of their own (never linked to real ones)
+    extra = [f"{algo}.n_step=3"] + (["td3.exploration_noise_max=0.5"] if algo == "td3" else [])
+    run = tmp_path / "run"
+    train(load_config("wm:pendulum", "debug", [*QUIET, f"algo={algo}", *extra, "env.model_envs=4", "env.warmup=256",
+                                               "env.refit_every=512", "env.ensemble.hidden=[16]",
+                                               "env.ensemble.epochs=1", "total_steps=1024"]), run)
+    from embodied.checkpoint import load_checkpoint
+
+    state = load_checkpoint(run)["algo"]
+    assert list(state["streams"]) == ["model"] and state["streams"]["model"]["head"].shape[:2] == (3, 4)

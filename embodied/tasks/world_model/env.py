@@ -56,6 +56,8 @@ def check_config(cfg: WorldModelConfig) -> None:
     e = cfg.ensemble
     if e.members < 1 or not 1 <= e.elites <= e.members or e.epochs < 1 or e.batch_size < 1 or not e.hidden:
         raise UserError("ensemble: members >= 1, elites in 1..members, epochs >= 1, batch_size >= 1, hidden not empty")
+    if not 0 <= e.holdout < 1 or e.max_updates < 1:
+        raise UserError(f"ensemble.holdout must be in [0, 1) and max_updates >= 1, got {e.holdout}, {e.max_updates}")
 
 
 class WorldModelEnv(ManagedVecEnv):

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from embodied.algos.base import Transition
+from embodied.core.errors import UserError
 from embodied.runtime.sync import SyncCollector
 from embodied.sim_backends.world_model import MODEL_FILE, ProbabilisticEnsemble, fit, save_world_model
 
@@ -52,14 +53,16 @@ class TransitionStore:
         return col.squeeze(1) if col.shape[1] == 1 and name not in ("state", "next_state", "action") else col
 
     def state_dict(self) -> dict:
-        """The rows oldest first (so a store of another capacity, a resumed run's larger budget, continues)."""
-        rows = self.storage[: self.size]
-        return {"rows": torch.cat([rows[self.pos:], rows[: self.pos]]) if self.size == self.capacity else rows.clone()}
+        return {"rows": self.storage[: self.size].clone(), "pos": self.pos, "capacity": self.capacity}
 
     def load_state_dict(self, state: Mapping) -> None:
-        rows = state["rows"][-self.capacity:]
-        self.size = rows.shape[0]
-        self.pos = self.size % self.capacity
+        rows, pos = state["rows"], int(state["pos"])
+        if int(state["capacity"]) != self.capacity:  # another budget (a resumed run): oldest first, newest kept
+            if rows.shape[0] == int(state["capacity"]):
+                rows = torch.cat([rows[pos:], rows[:pos]])
+            rows = rows[-self.capacity:]
+            pos = rows.shape[0] % self.capacity
+        self.size, self.pos = rows.shape[0], pos
         self.storage[: self.size] = rows
 
 
@@ -74,11 +77,16 @@ class Imagination:
         self.groups = [k for k in probe["observation"].spaces]
         state_dim = sum(s.shape[0] for s in probe["observation"].spaces.values())
         act_dim = probe["action"].shape[0]
-        torch.manual_seed(run_cfg.seed + 101)  # the model's initialization
-        self.network = ProbabilisticEnsemble(state_dim, act_dim, self.cfg.ensemble).to(self.device)
+        with torch.random.fork_rng(devices=[]):  # the model's own initialization; the run's RNG stream stays put
+            torch.manual_seed(run_cfg.seed + 101)
+            self.network = ProbabilisticEnsemble(state_dim, act_dim, self.cfg.ensemble).to(self.device)
         self.opt = torch.optim.Adam(self.network.parameters(), lr=self.cfg.ensemble.lr,
                                     weight_decay=self.cfg.ensemble.weight_decay)
         offline = self._offline_data()
+        if offline and (offline["state"].shape[1], offline["action"].shape[1]) != (state_dim, act_dim):
+            raise UserError(f"the dataset {self.cfg.data} has {offline['state'].shape[1]} observation / "
+                            f"{offline['action'].shape[1]} action entries per step; {self.task} has {state_dim} / "
+                            f"{act_dim}")
         capacity = run_cfg.total_steps + (offline["reward"].shape[0] if offline else 0)
         self.store = TransitionStore(capacity, state_dim, act_dim, self.device)
         if offline:
@@ -130,6 +138,7 @@ class Imagination:
             return
         for _ in range(self.cfg.model_steps):
             imagined = self.collector.step(algo.act, version=algo.num_updates)
+            imagined.stream = "model"
             algo.observe(imagined)
             self.num_imagined += imagined.reward.shape[0]
         episodes = self.collector.pop_episodes()
@@ -159,7 +168,7 @@ class Imagination:
         return {"network": self.network.state_dict(), "opt": self.opt.state_dict(), "store": self.store.state_dict(),
                 "generator": self.generator.get_state(), "fitted": self.fitted, "next_fit": self.next_fit,
                 "num_imagined": self.num_imagined, "fresh": self._fresh, "log": dict(self.log),
-                "collector": self.collector.state_dict() if self.fitted else None}
+                "starts": self.env.starts.clone(), "collector": self.collector.state_dict() if self.fitted else None}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.network.load_state_dict(state["network"])
@@ -168,9 +177,7 @@ class Imagination:
         self.generator.set_state(state["generator"])
         self.fitted, self.next_fit = bool(state["fitted"]), int(state["next_fit"])
         self.num_imagined, self._fresh, self.log = int(state["num_imagined"]), state["fresh"], dict(state["log"])
-        s = self.store
-        if s.size:
-            self.env.set_starts(s.get("state"), s.get("state")[s.get("initial") > 0.5])
+        self.env.starts = state["starts"].to(self.device)  # as of the last fit, not the store's rows since
         if state["collector"] is not None:
             self.collector.load_state_dict(state["collector"])
 

@@ -4,8 +4,8 @@ plus exploration noise; from a start every ``stride`` steps the model is rolled 
 compared with what really happened, for every horizon up to ``horizon``.
 
 Per horizon h: ``mse`` (raw units, mean over state dims), ``nmse`` (each dim divided by its variance in the
-data: 1.0 is as bad as predicting the mean state), ``symlog_mse`` (DreamerV3's vector loss) and ``reward_mae``;
-and the one-step termination accuracy."""
+data: 1.0 is as bad as predicting the mean state), ``symlog_mse`` (DreamerV3's vector loss) and ``reward_mae`` at
+step h, and each ``*_mean`` over steps 1..h; and the one-step termination accuracy."""
 
 from __future__ import annotations
 
@@ -83,7 +83,11 @@ def open_loop_error(network, data: dict[str, torch.Tensor], horizon: int = 50, s
         curves["pairs"].append(int(alive.sum()))
     one = network.expected(states[:, :-1][valid], actions[valid])
     term_acc = float(((one["p_terminal"] > 0.5) == data["terminated"][valid]).float().mean())
-    at = {str(h): {k: curves[k][h - 1] for k in curves} for h in HORIZONS if h <= len(curves["mse"])}
+    # per horizon H: the error at step H, and (``*_mean``) its mean over steps 1..H (the reference's summary, and
+    # what open_loop_psnr's mean_psnr reports)
+    at = {str(h): {**{k: curves[k][h - 1] for k in curves},
+                   **{f"{k}_mean": sum(curves[k][:h]) / h for k in ("mse", "nmse", "symlog_mse", "reward_mae")}}
+          for h in HORIZONS if h <= len(curves["mse"])}
     return {"horizons": at, "curve": curves, "termination_accuracy_1step": term_acc,
             "held_out_steps": int(valid.sum()), "starts": len(starts)}
 
