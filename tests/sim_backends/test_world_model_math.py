@@ -82,7 +82,7 @@ def test_straight_through_sample_is_one_hot_with_gradient():
     logits = torch.randn(4, 3, 5, requires_grad=True)
     s = straight_through_sample(unimix(logits), torch.Generator().manual_seed(0))
     assert torch.allclose(s.detach().sum(-1), torch.ones(4, 3))
-    assert set(s.detach().unique().tolist()) <= {0.0, 1.0}
+    assert torch.allclose(s.detach(), s.detach().round(), atol=1e-6)  # one-hot up to the p - sg(p) rounding
     (s * torch.arange(5.0)).sum().backward()
     assert logits.grad.abs().sum() > 0
 
