@@ -144,6 +144,21 @@ class SimBackend(abc.ABC):
         return torch.isfinite(self.get_state()["x"]).all(1)
 
 
+class TensorStateBackend(SimBackend):
+    """A backend whose whole state is the tensor ``self.x [N, STATE.dim]``: the state hooks, once."""
+
+    x: torch.Tensor
+
+    def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
+        self.x[env_ids] = state
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x.clone()}
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.x = state["x"].clone().to(self.device)
+
+
 def _unknown_model(backend: str, model: str, models) -> UserError:
     return UserError(f"sim backend {backend!r} has no model {model!r}; its models: {', '.join(models)}")
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from embodied.sim_backends.base import NamedLayout, SimBackend
+from embodied.sim_backends.base import NamedLayout, TensorStateBackend
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class PendulumParams:
     max_torque: float = 2.0  # [N m]
 
 
-class PendulumSim(SimBackend):
+class PendulumSim(TensorStateBackend):
     """State ``x: [N, 2]`` = (theta [rad], theta_dot [rad/s]); theta = 0 is upright."""
 
     STATE = NamedLayout(theta=1, theta_dot=1)
@@ -48,15 +48,6 @@ class PendulumSim(SimBackend):
         thdot = thdot + (3 * p.g / (2 * p.length) * torch.sin(th) + 3.0 / (p.mass * p.length**2) * u) * p.dt
         thdot = thdot.clamp(-p.max_speed, p.max_speed)
         self.x = self.STATE.pack(theta=(th + thdot * p.dt)[:, None], theta_dot=thdot[:, None])
-
-    def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
-        self.x[env_ids] = state
-
-    def get_state(self) -> dict[str, torch.Tensor]:
-        return {"x": self.x.clone()}
-
-    def set_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.x = state["x"].clone().to(self.device)
 
     def finite(self) -> torch.Tensor:
         return torch.isfinite(self.x).all(1)

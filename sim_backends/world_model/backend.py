@@ -14,14 +14,14 @@ from pathlib import Path
 import torch
 
 from embodied.core.errors import UserError
-from embodied.sim_backends.base import NamedLayout, SimBackend
+from embodied.sim_backends.base import NamedLayout, TensorStateBackend
 from embodied.sim_backends.world_model.ensemble import EnsembleConfig, ProbabilisticEnsemble
 
 MODEL_FILE = "world_model.pt"
 FORMAT = 1
 
 
-class WorldModelSim(SimBackend):
+class WorldModelSim(TensorStateBackend):
     """``num_envs`` imagined rollouts of ``network`` (a ``ProbabilisticEnsemble``). ``step(action)`` leaves the
     predicted ``reward [N]``, ``p_terminal [N]`` and ``disagreement [N]`` beside the state ``x [N, S]``."""
 
@@ -44,15 +44,6 @@ class WorldModelSim(SimBackend):
         out = self.network.predict(self.x, controls, self.generator, self.deterministic)
         self.x = out["next_state"]
         self.reward, self.p_terminal, self.disagreement = out["reward"], out["p_terminal"], out["disagreement"]
-
-    def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
-        self.x[env_ids] = state
-
-    def get_state(self) -> dict[str, torch.Tensor]:
-        return {"x": self.x.clone()}
-
-    def set_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.x = state["x"].clone().to(self.device)
 
 
 def save_world_model(path: Path, network: ProbabilisticEnsemble, cfg: EnsembleConfig, task: str, task_config: dict,
