@@ -45,6 +45,15 @@ class WorldModelSim(TensorStateBackend):
         self.x = out["next_state"]
         self.reward, self.p_terminal, self.disagreement = out["reward"], out["p_terminal"], out["disagreement"]
 
+    # a sampled model: the generator's state is part of the simulation (the task shares its own generator here)
+    def get_state(self) -> dict[str, torch.Tensor]:
+        return {**super().get_state(), "rng": self.generator.get_state()}
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        super().set_state(state)
+        if "rng" in state:
+            self.generator.set_state(state["rng"])
+
 
 def save_world_model(path: Path, network: ProbabilisticEnsemble, cfg: EnsembleConfig, task: str, task_config: dict,
                      starts: torch.Tensor, initial: torch.Tensor) -> Path:
