@@ -61,7 +61,7 @@ def export_run(run_dir: Path, out: Path | None = None, fmt: str = "all", count: 
     returns the bundle's metadata. Parity failures raise ``UserError`` after the report is written."""
     from embodied.checkpoint import load_checkpoint, policy_from_checkpoint
     from embodied.config import config_from_dict, to_yaml
-    from embodied.evaluate import make_eval_env
+    from embodied.evaluate import make_eval_env, source_task
 
     _check_format(fmt)
     run_dir = Path(run_dir)
@@ -80,7 +80,8 @@ def export_run(run_dir: Path, out: Path | None = None, fmt: str = "all", count: 
     source = {"dir": str(run_dir.resolve()), "step": int(ckpt["step"]),
               "config_sha256": hashlib.sha256(to_yaml(cfg).encode()).hexdigest(),
               "provenance": json.loads(run_prov.read_text()) if run_prov.exists() else None}
-    return write_bundle(policy.actor, layout, obs, out, fmt, cfg.task, source)
+    # the task the policy deploys to: a policy trained in a learned model (wm:<task>) flies the real task
+    return write_bundle(policy.actor, layout, obs, out, fmt, source_task(cfg)[0], source)
 
 
 def _check_format(fmt: str) -> None:

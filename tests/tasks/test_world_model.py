@@ -193,6 +193,12 @@ def test_wm_report_cli_writes_json_and_plot(tmp_path):
     assert sorted(report["horizons"], key=int) == ["1", "5", "15"] and report["task"] == "pendulum"
     assert len(report["curve"]["nmse"]) == 15 and (run / "wm_report.png").stat().st_size > 0
     assert main(["wm-report", "--run", str(tmp_path / "none")]) == 2
+    # the run evaluates and deploys on the real task
+    from embodied.evaluate_run import evaluate_run
+    from embodied.hardware.bundle import export_run
+
+    assert evaluate_run(run, episodes=2)["eval/length"] == 200.0
+    assert export_run(run, tmp_path / "bundle", "onnx", 16)["task"] == "pendulum"
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
