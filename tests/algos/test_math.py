@@ -543,3 +543,35 @@ def test_ppo_linear_lr_schedule_and_adam_eps():
                                     torch.zeros(2, dtype=torch.bool), {"policy": torch.rand(2, 3)}, extras))
         lrs.append(algo.update()["ppo/lr"])
     assert lrs == pytest.approx([1e-3, 1e-3 * (1 - 8 / 32), 1e-3 * (1 - 16 / 32)])
+
+
+def test_lambda_returns_exact():
+    from embodied.algos.returns import lambda_returns
+
+    r = torch.tensor([[1.0, 2.0]])
+    v = torch.tensor([[0.0, 10.0, 20.0]])
+    # R_2 = 20; R_1 = 2 + 0.5 (0.5 * 20 + 0.5 * 20) = 12; R_0 = 1 + 0.5 (0.5 * 10 + 0.5 * 12) = 6.5
+    assert torch.allclose(lambda_returns(r, torch.ones(1, 2), v, 0.5, 0.5), torch.tensor([[6.5, 12.0]]))
+    # the episode ends after step 1: R_1 = 2, R_0 = 1 + 0.5 (5 + 1) = 4
+    assert torch.allclose(lambda_returns(r, torch.tensor([[1.0, 0.0]]), v, 0.5, 0.5), torch.tensor([[4.0, 2.0]]))
+    # lam = 0: one-step TD targets; lam = 1: discounted rewards plus the bootstrap at the horizon
+    assert torch.allclose(lambda_returns(r, torch.ones(1, 2), v, 0.5, 0.0), torch.tensor([[6.0, 12.0]]))
+    assert torch.allclose(lambda_returns(r, torch.ones(1, 2), v, 0.5, 1.0), torch.tensor([[1 + 0.5 * 2 + 0.25 * 20,
+                                                                                           2 + 0.5 * 20]]))
+    with pytest.raises(ValueError):
+        lambda_returns(r, torch.ones(1, 2), v[:, :2], 0.5, 0.5)
+
+
+def test_percentile_scale_exact():
+    from embodied.algos.returns import PercentileScale
+
+    s = PercentileScale(rate=0.01, limit=1.0)
+    returns = torch.linspace(0, 100, 101)  # P5 = 5, P95 = 95
+    assert float(s.update(returns)) == 1.0  # EMAs 0.05 and 0.95: spread 0.9, below the limit
+    assert float(s.low) == pytest.approx(0.05) and float(s.high) == pytest.approx(0.95)
+    for _ in range(2000):
+        s.update(returns)
+    assert float(s.scale) == pytest.approx(90.0, rel=1e-5)  # float32 EMAs
+    copy = PercentileScale()
+    copy.load_state_dict(s.state_dict())
+    assert float(copy.scale) == float(s.scale)

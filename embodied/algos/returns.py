@@ -1,0 +1,50 @@
+"""Returns for actor-critics that learn in imagination (DreamerV3, Hafner et al. 2023; reference subsystems.md 2.2):
+lambda-returns over an imagined horizon, and the percentile return scale the actor's advantages are divided by."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+
+def lambda_returns(reward: torch.Tensor, cont: torch.Tensor, value: torch.Tensor, gamma: float,
+                   lam: float) -> torch.Tensor:
+    """``R_t = r_t + gamma c_t ((1 - lam) v_{t+1} + lam R_{t+1})``, ``R_H = v_H``, for ``reward [B, H]``,
+    ``cont [B, H]`` (1 where the episode goes on after step t) and ``value [B, H+1]``; returns ``[B, H]``."""
+    if value.shape[1] != reward.shape[1] + 1 or cont.shape != reward.shape:
+        raise ValueError(f"reward {tuple(reward.shape)}, cont {tuple(cont.shape)} need value [B, H+1], got "
+                         f"{tuple(value.shape)}")
+    out = torch.empty_like(reward)
+    ret = value[:, -1]
+    for t in range(reward.shape[1] - 1, -1, -1):
+        ret = reward[:, t] + gamma * cont[:, t] * ((1 - lam) * value[:, t + 1] + lam * ret)
+        out[:, t] = ret
+    return out
+
+
+class PercentileScale:
+    """DreamerV3's return normalization: EMAs (``rate``) of the 5th and 95th percentiles of the returns, and the
+    scale ``max(limit, P95 - P5)`` that advantages are divided by (small returns are not blown up)."""
+
+    def __init__(self, rate: float = 0.01, limit: float = 1.0, low: float = 0.05, high: float = 0.95, device=None):
+        self.rate, self.limit, self.q = rate, limit, torch.tensor([low, high], device=device)
+        self.low = torch.zeros((), device=device)
+        self.high = torch.zeros((), device=device)
+
+    def update(self, returns: torch.Tensor) -> torch.Tensor:
+        """Feed a batch of returns; returns the new scale."""
+        lo, hi = torch.quantile(returns.detach().flatten().float(), self.q.to(returns.device))
+        self.low = self.low + self.rate * (lo - self.low)
+        self.high = self.high + self.rate * (hi - self.high)
+        return self.scale
+
+    @property
+    def scale(self) -> torch.Tensor:
+        return torch.clamp(self.high - self.low, min=self.limit)
+
+    def state_dict(self) -> dict:
+        return {"low": self.low.clone(), "high": self.high.clone()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.low, self.high = state["low"].clone(), state["high"].clone()
