@@ -84,8 +84,37 @@ def open_loop_psnr(model: RSSM, seqs: dict, context: int = 5, horizon: int = 50)
                                                     if h <= len(psnr)} if psnr else {}}
 
 
+def model_observation(task_obs: torch.Tensor, groups: list[tuple[str, int]], image_group: str,
+                      image_shape: tuple[int, int, int], frame_channels: int) -> torch.Tensor:
+    """What an RSSM sees of a task's flat observation ``[..., D]``: the newest frame (the last ``frame_channels``
+    channels) of the image group, then the other groups in order."""
+    parts = dict(zip([k for k, _ in groups], task_obs.split([d for _, d in groups], -1)))
+    image = parts[image_group].reshape(*task_obs.shape[:-1], *image_shape)[..., -frame_channels:, :, :]
+    rest = [parts[k] for k, _ in groups if k != image_group]
+    return torch.cat([image.flatten(-3), *rest], -1)
+
+
+@torch.no_grad()
+def rssm_starts(model: RSSM, seqs: dict, task_obs: torch.Tensor, context: int = 5, stride: int = 10,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Latent states ``[M, feat]`` the posterior reaches after at least ``context`` real observations (then every
+    ``stride`` steps), and the task's real observation ``[M, D]`` at each: where imagined episodes start."""
+    e, t1 = seqs["obs"].shape[:2]
+    state = model.initial(e)
+    latents, observed = [], []
+    for t in range(t1):
+        state, _, _ = model.obs_step(state, seqs["prev_action"][:, t], model.embed(seqs["obs"][:, t]),
+                                     seqs["first"][:, t], generator)
+        if t >= context - 1 and (t - context + 1) % stride == 0:
+            ok = t < seqs["length"]
+            latents.append(model.feat(state)[ok])
+            observed.append(task_obs[ok, t])
+    return torch.cat(latents), torch.cat(observed)
+
+
 def parameter_count(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["fit_rssm", "open_loop_psnr", "parameter_count", "sample_batch", "to_sequences"]
+__all__ = ["fit_rssm", "model_observation", "open_loop_psnr", "parameter_count", "rssm_starts", "sample_batch",
+           "to_sequences"]

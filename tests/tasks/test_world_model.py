@@ -213,3 +213,49 @@ def test_either_learner_trains_in_the_model_with_n_step_windows_per_stream(tmp_p
 
     state = load_checkpoint(run)["algo"]
     assert list(state["streams"]) == ["model"] and state["streams"]["model"]["head"].shape[:2] == (3, 4)
+
+
+def test_rssm_model_env_of_pendulum_pixels_passes_the_sweep_and_restacks_frames(tmp_path):
+    from embodied.sim_backends.world_model.rssm import RSSM, RSSMConfig
+    from embodied.sim_backends.world_model.sequences import (
+        fit_rssm,
+        model_observation,
+        rssm_starts,
+        to_sequences,
+    )
+    from embodied.tasks.world_model.report import record_real
+
+    base = {"image_size": 16, "frame_stack": 2}
+    real = embodied.make_env("pendulum-pixels", num_envs=4, seed=0, **base)
+    g = torch.Generator().manual_seed(0)
+    data = record_real(real, lambda o: torch.rand(o.shape[0], 1, generator=g) * 2 - 1, 0, 0.0, g)
+    groups = [(k, s.shape[0]) for k, s in real.single_observation_space.spaces.items()]
+    task_obs = data["state"]
+    data["state"] = model_observation(task_obs, groups, "policy", (6, 16, 16), 3)
+    assert data["state"].shape[-1] == 3 * 16 * 16 + 3
+    # the newest frame is what the task drew last: the last 3 channels of the stack (groups in the space's order:
+    # critic, then policy)
+    assert [k for k, _ in groups] == ["critic", "policy"]
+    assert torch.equal(data["state"][0, 5, :768], task_obs[0, 5, 3 + 768:3 + 1536])
+    assert torch.equal(data["state"][0, 5, 768:], task_obs[0, 5, :3])
+    seqs = to_sequences(data)
+    model = RSSM(1, RSSMConfig(deter=32, hidden=16, stoch=4, classes=4, units=16, depth=4, batch_size=4, length=8),
+                 image=(3, 16, 16), vector=3)
+    fit_rssm(model, torch.optim.Adam(model.parameters(), lr=1e-3), seqs, 5, g)
+    starts, start_obs = rssm_starts(model, seqs, task_obs, context=5, stride=20)
+    assert starts.shape == (4 * 10, model.feat_dim) and start_obs.shape == (40, task_obs.shape[-1])
+    path = save_world_model(tmp_path / "world_model.pt", model, model.cfg, "pendulum-pixels", base, starts,
+                            starts[:0], start_obs=start_obs, image_group="policy", frame_channels=3)
+    overrides = {"model": str(path), "max_disagreement": None, "base": base}
+    check_conformance("wm:pendulum-pixels", "cpu", **overrides)
+    check_round_trip("wm:pendulum-pixels", **overrides)
+    env = embodied.make_env("wm:pendulum-pixels", num_envs=2, seed=0, **overrides)
+    obs, _ = env.reset(seed=0)
+    newest = obs["policy"][:, 768:].clone()
+    obs, _, term, trunc, _ = env.step(torch.zeros(2, 1))
+    going = ~(term | trunc)  # (the untrained model's continuation head may end an episode)
+    assert bool(going.any())
+    assert torch.equal(obs["policy"][going, :768], newest[going])  # the previous newest frame is now the oldest
+    assert torch.equal(obs["policy"][going, 768:], env.sim.obs[going, :768])  # the decoded frame is the newest
+    with pytest.raises(UserError, match="RSSM models"):
+        embodied.make_env("wm:pendulum-pixels", model=str(path), base={"image_size": 32, "frame_stack": 2})

@@ -62,7 +62,8 @@ def check_config(cfg: WorldModelConfig) -> None:
 
 class WorldModelEnv(ManagedVecEnv):
     """``wm:<task>``. ``world``: ``(network, meta)`` of a model in memory (training builds it so); otherwise the
-    model is loaded from ``cfg.model``."""
+    model is loaded from ``cfg.model``: an ensemble (state tasks) or an RSSM (image tasks; episodes start from latent
+    states the RSSM reached over real context frames)."""
 
     def __init__(self, cfg, num_envs: int, device="cpu", seed: int = 0, task: str = "", world=None):
         check_config(cfg)
@@ -75,13 +76,14 @@ class WorldModelEnv(ManagedVecEnv):
         self.single_observation_space, self.single_action_space = real["observation"], real["action"]
         self._layout, self._symmetry, self.control_dt = real["layout"], real["symmetry"], real["control_dt"]
         self.groups = [(k, s.shape[0]) for k, s in self.single_observation_space.spaces.items()]
-        if any(len(s.shape) != 1 for s in self.single_observation_space.spaces.values()):
-            raise UserError(f"the ensemble models flat state observations; {task} has other shapes")
-        state_dim, act_dim = sum(d for _, d in self.groups), self.single_action_space.shape[0]
-        if (network.state_dim, network.act_dim) != (state_dim, act_dim):
+        obs_dim, act_dim = sum(d for _, d in self.groups), self.single_action_space.shape[0]
+        self.kind = meta.get("kind", "ensemble")
+        if self.kind == "rssm":
+            self._check_rssm(network, meta, act_dim)
+        elif (network.state_dim, network.act_dim) != (obs_dim, act_dim):
             raise UserError(f"the world model predicts {network.state_dim} state / {network.act_dim} action "
-                            f"dims; {task} has {state_dim} / {act_dim}")
-        self.sim = make_backend("world_model", "ensemble", self.num_envs, self.device, network=network,
+                            f"dims; {task} has {obs_dim} / {act_dim}")
+        self.sim = make_backend("world_model", self.kind, self.num_envs, self.device, network=network,
                                 generator=self.generator, deterministic=cfg.deterministic)
         lows = np.concatenate([s.low for s in self.single_observation_space.spaces.values()])
         highs = np.concatenate([s.high for s in self.single_observation_space.spaces.values()])
@@ -90,8 +92,28 @@ class WorldModelEnv(ManagedVecEnv):
         space = self.single_action_space
         self._act_low = torch.as_tensor(space.low, device=self.device)
         self._act_high = torch.as_tensor(space.high, device=self.device)
-        self.starts = torch.zeros(0, state_dim, device=self.device)
-        self.set_starts(meta.get("starts", torch.zeros(0, state_dim)), meta.get("initial", torch.zeros(0, state_dim)))
+        self._obs = torch.zeros(self.num_envs, obs_dim, device=self.device)  # the task's observation, flat
+        self.starts = torch.zeros(0, obs_dim, device=self.device)
+        if self.kind == "rssm":  # latent states after a real context, and the real observation there
+            self.starts = meta["starts"].to(self.device, torch.float32)
+            self.start_obs = meta["start_obs"].to(self.device, torch.float32)
+        else:
+            self.set_starts(meta.get("starts", torch.zeros(0, obs_dim)), meta.get("initial", torch.zeros(0, obs_dim)))
+
+    def _check_rssm(self, network, meta: dict, act_dim: int) -> None:
+        """The RSSM sees the newest frame (``frame_channels`` channels) of the image group and the other groups
+        as one vector; the env re-stacks frames as the task does."""
+        spaces = self.single_observation_space.spaces
+        self.image_group, self.frame_channels = meta["image_group"], int(meta["frame_channels"])
+        images = self._layout.images(self.image_group) if self.image_group in spaces else []
+        if len(images) != 1 or images[0][0] != slice(0, spaces[self.image_group].shape[0]):
+            raise UserError(f"the RSSM models group {self.image_group!r} as one image; {self.task} has {images}")
+        c, h, w = self.image_shape = tuple(images[0][1])
+        vector = sum(d for k, d in self.groups if k != self.image_group)
+        if network.image != (self.frame_channels, h, w) or network.vector != vector or network.act_dim != act_dim:
+            raise UserError(f"the RSSM models {network.image} images, {network.vector} other entries and "
+                            f"{network.act_dim} actions; {self.task} has frames of ({self.frame_channels}, {h}, "
+                            f"{w}), {vector} other entries and {act_dim} actions")
 
     @staticmethod
     def spaces_of(task: str, cfg) -> dict:
@@ -113,14 +135,39 @@ class WorldModelEnv(ManagedVecEnv):
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
         pick = torch.randint(self.starts.shape[0], (env_ids.numel(),), generator=self.generator, device=self.device)
         self.sim.set_state_idx(env_ids, self.starts[pick])
+        self._obs[env_ids] = self.start_obs[pick] if self.kind == "rssm" else self.starts[pick]
 
     def _apply_action(self, action: torch.Tensor) -> None:
         self.sim.step(torch.minimum(torch.maximum(action, self._act_low), self._act_high))
+        if self.kind == "rssm":
+            obs = self._rssm_observation()
+        else:
+            obs = self.sim.x
         # a model's prediction stays within the bounds the real observation has (unit vectors, speed limits)
-        self.sim.x = torch.minimum(torch.maximum(self.sim.x, self._low), self._high)
+        self._obs = torch.minimum(torch.maximum(obs, self._low), self._high)
+        if self.kind != "rssm":
+            self.sim.x = self._obs
+
+    def _rssm_observation(self) -> torch.Tensor:
+        """The task's flat observation from the decoded one: the new frame appended to the image group's frame
+        stack (oldest dropped), the decoded vector in the other groups."""
+        n, fc = self.num_envs, self.frame_channels
+        frame_dim = self.sim.network.image_dim
+        groups = dict(zip([k for k, _ in self.groups], self._obs.split([d for _, d in self.groups], 1)))
+        stack = groups[self.image_group].reshape(n, *self.image_shape)
+        frame = self.sim.obs[:, :frame_dim].reshape(n, fc, *self.image_shape[1:])
+        parts, vector = [], self.sim.obs[:, frame_dim:]
+        for k, d in self.groups:
+            if k == self.image_group:
+                parts.append(torch.cat([stack[:, fc:], frame], 1).reshape(n, -1))
+            else:
+                parts.append(vector[:, :d])
+                vector = vector[:, d:]
+        return torch.cat(parts, 1)
 
     def _observe(self) -> Obs:
-        return dict(zip([k for k, _ in self.groups], self.sim.x.split([d for _, d in self.groups], 1)))
+        flat = self.sim.x if self.kind != "rssm" else self._obs
+        return dict(zip([k for k, _ in self.groups], flat.split([d for _, d in self.groups], 1)))
 
     def _compute(self, action: torch.Tensor) -> StepTerms:
         sim, cfg = self.sim, self.cfg
@@ -139,8 +186,9 @@ class WorldModelEnv(ManagedVecEnv):
         return self._symmetry
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "sim": self.sim.get_state()}
+        return {**super().state_dict(), "sim": self.sim.get_state(), "obs": self._obs.clone()}
 
     def load_state_dict(self, state) -> None:
         super().load_state_dict(state)
         self.sim.set_state(state["sim"])
+        self._obs = state["obs"].clone().to(self.device)
