@@ -34,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--video", action="store_true", help="also write a rollout video into the run directory")
     e.add_argument("--seed", type=int, default=None, help="initial-state seed (default: the run's eval seed)")
     w = sub.add_parser("wm-report", help="open-loop prediction error of a world-model run's model against horizon")
-    w.add_argument("--run", required=True, help="run directory of a wm:<task> run (holding world_model.pt)")
+    w.add_argument("--run", required=True, help="directory holding a world_model.pt (a wm:<task> run, or a model "
+                   "alone: then random actions)")
     w.add_argument("--episodes", type=int, default=20, help="held-out real episodes to record (default 20)")
     w.add_argument("--horizon", type=int, default=50, help="longest open-loop horizon [steps] (default 50)")
     w.add_argument("--seed", type=int, default=None, help="seed of the held-out episodes")
@@ -121,8 +122,9 @@ def _cmd_wm_report(args) -> int:
     if args.episodes < 1 or args.horizon < 1:
         raise UserError("--episodes and --horizon must be >= 1")
     result = wm_report(Path(args.run), args.episodes, args.seed, horizon=args.horizon)
-    print(json.dumps({"report": str(Path(args.run) / "wm_report.json"), "task": result["task"],
-                      "nmse": {h: r["nmse"] for h, r in result["horizons"].items() if int(h) in HORIZONS}}))
+    summary = {"mean_psnr": result["mean_psnr"]} if result["kind"] == "rssm" else \
+        {"nmse": {h: r["nmse"] for h, r in result["horizons"].items() if int(h) in HORIZONS}}
+    print(json.dumps({"report": str(Path(args.run) / "wm_report.json"), "task": result["task"], **summary}))
     return 0
 
 

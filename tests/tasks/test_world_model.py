@@ -259,3 +259,12 @@ def test_rssm_model_env_of_pendulum_pixels_passes_the_sweep_and_restacks_frames(
     assert torch.equal(obs["policy"][going, 768:], env.sim.obs[going, :768])  # the decoded frame is the newest
     with pytest.raises(UserError, match="RSSM models"):
         embodied.make_env("wm:pendulum-pixels", model=str(path), base={"image_size": 32, "frame_stack": 2})
+    # the report of a model alone: random actions, PSNR per open-loop step, real beside imagined frames
+    from embodied.tasks.world_model.report import wm_report
+
+    report = wm_report(tmp_path, episodes=2, horizon=10)
+    assert report["kind"] == "rssm" and len(report["psnr"]) == 10 and sorted(report["mean_psnr"]) == ["1", "5"]
+    assert (tmp_path / "wm_report.mp4").stat().st_size > 0 and (tmp_path / "wm_report.png").stat().st_size > 0
+    # learning a model while training is for state tasks; an image task says so in one line
+    with pytest.raises(UserError, match="only for state tasks"):
+        train(load_config("wm:pendulum-pixels", "debug", [*QUIET]), tmp_path / "run")

@@ -75,6 +75,10 @@ class Imagination:
         self.device, self.run_dir = torch.device(learner_device), run_dir
         probe = WorldModelEnv.spaces_of(self.task, self.cfg.base)
         self.groups = [k for k in probe["observation"].spaces]
+        if any(probe["layout"].images(k) for k in self.groups):
+            raise UserError(f"{run_cfg.task} learns its model while training only for state tasks (the ensemble); for "
+                            "an image task fit an RSSM (scripts/bench/bench_world_model_pixels.py) and train in it "
+                            "with env.model=DIR")
         state_dim = sum(s.shape[0] for s in probe["observation"].spaces.values())
         act_dim = probe["action"].shape[0]
         with torch.random.fork_rng(devices=[]):  # the model's own initialization; the run's RNG stream stays put

@@ -94,26 +94,60 @@ def open_loop_error(network, data: dict[str, torch.Tensor], horizon: int = 50, s
 
 def wm_report(run_dir: Path, episodes: int = 20, seed: int | None = None, noise: float = 0.2,
               horizon: int = 50) -> dict:
-    """Write ``wm_report.json`` and ``wm_report.png`` into the run directory of a ``wm:<task>`` run."""
+    """Write ``wm_report.json`` and ``wm_report.png`` (an RSSM also ``wm_report.mp4``, real beside imagined frames)
+    into the directory of a ``wm:<task>`` run, or of a fitted model alone (then uniform random actions)."""
     import embodied.tasks  # noqa: F401
-    from embodied.checkpoint import load_checkpoint, policy_from_checkpoint
-    from embodied.config import config_from_dict
+    from embodied.checkpoint import checkpoint_paths, load_checkpoint, policy_from_checkpoint
+    from embodied.config import config_from_dict, make_task_config
+    from embodied.core.registry import TASKS
     from embodied.evaluate import make_eval_env
     from embodied.sim_backends.world_model import load_world_model
 
     run_dir = Path(run_dir)
     network, meta = load_world_model(run_dir)
-    ckpt = load_checkpoint(run_dir)
-    cfg = config_from_dict(ckpt["config"])
-    policy = policy_from_checkpoint(ckpt, run_dir)
-    env = make_eval_env(cfg, num_envs=episodes, device="cpu")
-    seed = 1_000_003 + cfg.seed if seed is None else seed  # no run draws its starts from this seed
-    data = record_real(env, policy.act, seed, noise, torch.Generator().manual_seed(seed))
-    result = {"task": meta["task"], "run": str(run_dir), "step": ckpt["step"], "episodes": episodes, "seed": seed,
-              "action_noise": noise, **open_loop_error(network, data, horizon)}
+    g = torch.Generator()
+    if checkpoint_paths(run_dir):
+        ckpt = load_checkpoint(run_dir)
+        cfg = config_from_dict(ckpt["config"])
+        act, step = policy_from_checkpoint(ckpt, run_dir).act, ckpt["step"]
+        env = make_eval_env(cfg, num_envs=episodes, device="cpu")
+        seed = 1_000_003 + cfg.seed if seed is None else seed  # no run draws its starts from this seed
+    else:  # a model without a policy (a benchmark's): random actions on the real task
+        seed = 1_000_003 if seed is None else seed
+        env = TASKS.get(meta["task"]).make(make_task_config(meta["task"], **meta["task_config"]), num_envs=episodes,
+                                           device="cpu", seed=seed)
+        low, high = (torch.as_tensor(b) for b in (env.single_action_space.low, env.single_action_space.high))
+        act, step, noise = (lambda o: low + torch.rand(o.shape[0], low.numel(), generator=g) * (high - low)), None, 0.0
+    g.manual_seed(seed)
+    data = record_real(env, act, seed, noise, g)
+    result = {"task": meta["task"], "kind": meta["kind"], "run": str(run_dir), "step": step, "episodes": episodes,
+              "seed": seed, "action_noise": noise}
+    if meta["kind"] == "rssm":
+        result.update(_rssm_report(network, meta, env, data, horizon, run_dir / "wm_report.mp4"))
+    else:
+        result.update(open_loop_error(network, data, horizon))
     (run_dir / "wm_report.json").write_text(json.dumps(result, indent=1))
     plot_report(result, run_dir / "wm_report.png")
     return result
+
+
+def _rssm_report(network, meta: dict, env, data: dict, horizon: int, video: Path) -> dict:
+    from embodied.render import write_video
+    from embodied.sim_backends.world_model.sequences import model_observation, open_loop_psnr, to_sequences
+
+    groups = [(k, s.shape[0]) for k, s in env.single_observation_space.spaces.items()]
+    (_, shape), = env.layout().images(meta["image_group"])
+    data["state"] = model_observation(data["state"], groups, meta["image_group"], tuple(shape),
+                                      int(meta["frame_channels"]))
+    seqs = to_sequences(data)
+    context = 5
+    horizon = min(horizon, int(seqs["length"].max()) - context)
+    rep = open_loop_psnr(network, seqs, context=context, horizon=horizon)
+    pair = torch.cat([rep["real_frames"], rep["frames"]], 3).permute(0, 2, 3, 1).clamp(0, 1)
+    frames = (pair * 255).to(torch.uint8).repeat_interleave(4, 1).repeat_interleave(4, 2).numpy()
+    write_video(list(frames), video, fps=10)
+    return {"context": context, "psnr": rep["psnr"], "mean_psnr": rep["mean_psnr"], "reward_mae": rep["reward_mae"],
+            "video": str(video), "held_out_episodes": rep["episodes"]}
 
 
 def plot_report(result: dict, path: Path) -> Path:
@@ -122,11 +156,16 @@ def plot_report(result: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    c = result["curve"]
-    h = range(1, len(c["nmse"]) + 1)
+    rssm = result.get("kind") == "rssm"
+    c = result if rssm else result["curve"]
+    h = range(1, len(c["reward_mae"]) + 1)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    axes[0].semilogy(h, c["nmse"])
-    axes[0].set(xlabel="open-loop horizon [steps]", ylabel="state error / state variance", title=result["task"])
+    if rssm:
+        axes[0].plot(h, c["psnr"])
+        axes[0].set(xlabel="open-loop horizon [steps]", ylabel="PSNR [dB]", title=result["task"])
+    else:
+        axes[0].semilogy(h, c["nmse"])
+        axes[0].set(xlabel="open-loop horizon [steps]", ylabel="state error / state variance", title=result["task"])
     axes[1].plot(h, c["reward_mae"])
     axes[1].set(xlabel="open-loop horizon [steps]", ylabel="reward MAE")
     for ax in axes:
