@@ -1,4 +1,4 @@
-"""Recorded real transitions in Minari's format (Farama's offline-RL standard; the world-model, demonstration
+"""Recorded real transitions: in Minari's format (Farama's offline-RL standard; the world-model, demonstration
 and behaviour-cloning tools share it). A dataset is a directory Minari reads (``MinariDataset(path)``): episodes
 of observations (``T + 1`` rows, the final one included), actions, rewards, terminations and truncations.
 Observations are the task's observation groups (a ``Dict`` space); a dataset from elsewhere with a flat ``Box``
@@ -78,6 +78,36 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
         cols["terminated"].append(np.asarray(ep.terminations, bool))
         cols["initial"].append(np.arange(t) == 0)
     return {k: torch.as_tensor(np.concatenate(v)) for k, v in cols.items()}
+
+
+def read_replay(run_dir: str | Path, dims: dict[str, int], act_dim: int) -> dict[str, torch.Tensor]:
+    """The replay buffer of an off-policy run (its latest checkpoint) as the flat transitions ``read_transitions``
+    returns, for a task with observation groups ``dims`` (``{"policy": d[, "critic": d]}``, in order) and ``act_dim``
+    actions. Replay rows are ``obs | critic obs | action | reward | discount | next obs | next critic obs`` (the
+    critic's columns repeat the policy's where a task has no critic group); ``discount == 0`` marks a termination.
+    Episode starts are not recorded (``initial`` is all False); rows must be one-step (``n_step=1``)."""
+    from embodied.checkpoint import load_checkpoint
+    from embodied.config import config_from_dict
+
+    ckpt = load_checkpoint(Path(run_dir))
+    buffer = ckpt.get("algo", {}).get("buffer")
+    cfg = config_from_dict(ckpt["config"])
+    if buffer is None:
+        raise UserError(f"the run {run_dir} ({cfg.algo}) keeps no replay buffer; record a Minari dataset instead")
+    if getattr(cfg.algo_config, "n_step", 1) != 1:
+        raise UserError(f"the run {run_dir} stored {cfg.algo_config.n_step}-step rows; a model needs one-step rows")
+    if not set(dims) <= {"policy", "critic"}:
+        raise UserError(f"a replay holds the policy and critic groups, not {sorted(dims)}")
+    obs_dim, cdim = dims["policy"], dims.get("critic", dims["policy"])
+    rows = buffer["storage"][: int(buffer["size"])]
+    if rows.shape[1] != 2 * obs_dim + 2 * cdim + act_dim + 2:
+        raise UserError(f"the replay of {run_dir} ({cfg.task}) has rows of {rows.shape[1]} entries, not this task's")
+    cols = rows.split([obs_dim, cdim, act_dim, 1, 1, obs_dim, cdim], 1)
+    parts = {"policy": (cols[0], cols[5]), "critic": (cols[1], cols[6])}
+    reward, discount = cols[3].squeeze(1), cols[4].squeeze(1)
+    return {"state": torch.cat([parts[g][0] for g in dims], 1), "next_state": torch.cat([parts[g][1] for g in dims], 1),
+            "action": cols[2], "reward": reward, "terminated": discount == 0,
+            "initial": torch.zeros_like(reward, dtype=torch.bool)}
 
 
 @torch.no_grad()

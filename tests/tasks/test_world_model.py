@@ -268,3 +268,30 @@ def test_rssm_model_env_of_pendulum_pixels_passes_the_sweep_and_restacks_frames(
     # learning a model while training is for state tasks; an image task says so in one line
     with pytest.raises(UserError, match="only for state tasks"):
         train(load_config("wm:pendulum-pixels", "debug", [*QUIET]), tmp_path / "run")
+
+
+def test_a_model_starts_from_an_off_policy_runs_replay(tmp_path):
+    from embodied.checkpoint import load_checkpoint
+    from embodied.datasets import read_replay
+
+    sac = tmp_path / "sac"
+    train(load_config("quadrotor-hover", "debug", [*QUIET, "algo=sac", "total_steps=512"]), sac)
+    env = embodied.make_env("quadrotor-hover")
+    dims = {k: s.shape[0] for k, s in env.single_observation_space.spaces.items()}
+    data = read_replay(sac, dims, env.single_action_space.shape[0])
+    buffer = load_checkpoint(sac)["algo"]["buffer"]
+    assert data["state"].shape == (buffer["size"], sum(dims.values()))
+    # row 0 as the replay buffer lays it out: obs | critic obs | action | reward | discount | ...
+    row, p, c, a = buffer["storage"][0], dims["policy"], dims.get("critic", dims["policy"]), 4
+    expected = torch.cat([row[:p], row[p:p + c]]) if list(dims) == ["policy", "critic"] else \
+        torch.cat([row[p:p + c], row[:p]])
+    assert torch.equal(data["state"][0], expected) and torch.equal(data["action"][0], row[p + c:p + c + a])
+    run = tmp_path / "wm"
+    train(load_config("wm:quadrotor-hover", "debug", [*QUIET, f"env.data={sac}", "total_steps=64", "env.model_envs=8",
+                                                      "env.ensemble.hidden=[16]", "env.ensemble.epochs=1"]), run)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert max(r.get("model/transitions", 0) for r in rows) >= buffer["size"]
+    with pytest.raises(UserError, match="keeps no replay"):
+        ppo = tmp_path / "ppo"
+        train(load_config("pendulum", "debug", [*QUIET, "total_steps=256"]), ppo)
+        read_replay(ppo, {"policy": 3}, 1)

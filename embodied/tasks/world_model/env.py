@@ -37,7 +37,7 @@ class WorldModelConfig:
     model_steps: int = 1  # steps of the model envs per real step of the batch
     warmup: int = 1000  # [real steps] before the first fit
     refit_every: int = 1000  # [real steps] between fits (each a fixed epoch budget, ensemble.epochs)
-    data: str = ""  # a Minari dataset of real transitions to start from (recorded before the run)
+    data: str = ""  # real transitions to start from: a Minari dataset, or an off-policy run (its replay buffer)
     ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
 
 

@@ -86,7 +86,7 @@ class Imagination:
             self.network = ProbabilisticEnsemble(state_dim, act_dim, self.cfg.ensemble).to(self.device)
         self.opt = torch.optim.Adam(self.network.parameters(), lr=self.cfg.ensemble.lr,
                                     weight_decay=self.cfg.ensemble.weight_decay)
-        offline = self._offline_data()
+        offline = self._offline_data({k: s.shape[0] for k, s in probe["observation"].spaces.items()}, act_dim)
         if offline and (offline["state"].shape[1], offline["action"].shape[1]) != (state_dim, act_dim):
             raise UserError(f"the dataset {self.cfg.data} has {offline['state'].shape[1]} observation / "
                             f"{offline['action'].shape[1]} action entries per step; {self.task} has {state_dim} / "
@@ -114,12 +114,17 @@ class Imagination:
         """Steps the learner observes per real step of ``num_envs`` envs (its replay is sized by this)."""
         return (1.0 if self.learner_sees_real else 0.0) + self.cfg.model_envs * self.cfg.model_steps / num_envs
 
-    def _offline_data(self) -> dict | None:
+    def _offline_data(self, dims: dict[str, int], act_dim: int) -> dict | None:
+        """Real transitions recorded before the run: a Minari dataset, or an off-policy run's replay buffer."""
         if not self.cfg.data:
             return None
-        from embodied.datasets import read_transitions
+        from embodied.checkpoint import checkpoint_paths
+        from embodied.datasets import read_replay, read_transitions
 
-        return read_transitions(self.cfg.data, self.groups)
+        path = Path(self.cfg.data)
+        if path.is_dir() and checkpoint_paths(path):
+            return read_replay(path, dims, act_dim)
+        return read_transitions(path, self.groups)
 
     def _flat(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([obs[k] for k in self.groups], 1)
