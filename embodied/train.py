@@ -24,7 +24,7 @@ from embodied.runtime import make_collector
 
 
 def new_run_dir(cfg: RunConfig) -> Path:
-    root = Path(cfg.log.run_root) / cfg.task
+    root = Path(cfg.log.run_root) / cfg.task.replace(":", "-")  # wm:pendulum -> runs/wm-pendulum (portable names)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = root / stamp
     i = 1
