@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from embodied.policies.networks import EnsembleLinear
+
 
 @dataclass
 class EnsembleConfig:
@@ -32,18 +34,13 @@ class EnsembleConfig:
     max_updates: int = 2000  # gradient steps of one fit at most, whatever the data size
 
 
-class EnsembleLinear(nn.Module):
-    """``members`` independent linear layers applied to ``x [members, B, fan_in]`` in one batched matmul."""
-
-    def __init__(self, members: int, fan_in: int, fan_out: int):
-        super().__init__()
-        std = 1.0 / (2.0 * math.sqrt(fan_in))  # MBPO's truncated-normal initialization
-        self.weight = nn.Parameter(nn.init.trunc_normal_(torch.empty(members, fan_in, fan_out), std=std,
-                                                         a=-2 * std, b=2 * std))
-        self.bias = nn.Parameter(torch.zeros(members, 1, fan_out))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+def _mbpo_init(layer: EnsembleLinear) -> EnsembleLinear:
+    """MBPO's initialization: truncated normal weights of std ``1 / (2 sqrt(fan_in))``, zero biases."""
+    std = 1.0 / (2.0 * math.sqrt(layer.weight.shape[1]))
+    with torch.no_grad():
+        nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+        layer.bias.zero_()
+    return layer
 
 
 class ProbabilisticEnsemble(nn.Module):
@@ -54,8 +51,8 @@ class ProbabilisticEnsemble(nn.Module):
         self.state_dim, self.act_dim, self.members = state_dim, act_dim, cfg.members
         self.out_dim = state_dim + 1  # delta state, reward
         dims = [state_dim + act_dim, *cfg.hidden]
-        self.layers = nn.ModuleList(EnsembleLinear(cfg.members, a, b) for a, b in zip(dims[:-1], dims[1:]))
-        self.head = EnsembleLinear(cfg.members, dims[-1], 2 * self.out_dim + 1)
+        self.layers = nn.ModuleList(_mbpo_init(EnsembleLinear(cfg.members, a, b)) for a, b in zip(dims[:-1], dims[1:]))
+        self.head = _mbpo_init(EnsembleLinear(cfg.members, dims[-1], 2 * self.out_dim + 1))
         self.max_logvar = nn.Parameter(torch.full((self.out_dim,), 0.5))
         self.min_logvar = nn.Parameter(torch.full((self.out_dim,), -10.0))
         self.register_buffer("in_mean", torch.zeros(dims[0]))
