@@ -23,6 +23,24 @@ def lambda_returns(reward: torch.Tensor, cont: torch.Tensor, value: torch.Tensor
     return out
 
 
+def segment_lambda_returns(reward: torch.Tensor, terminated: torch.Tensor, done: torch.Tensor,
+                           next_value: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """Lambda-returns over segments ``[B, H]`` of consecutive env steps in which episodes may end and restart:
+
+        R_t = r_t + gamma (1 - term_t) ((1 - l_t) v(s'_t) + l_t R_{t+1}),   l_t = lam, or 0 where the episode ends
+              at t (``done``: terminated or truncated) and at the segment's last step,
+
+    with ``next_value [B, H]`` the value of each step's own next observation (the final one where an episode
+    ended): a truncated episode bootstraps from its final state, a terminated one not at all."""
+    out = torch.empty_like(reward)
+    ret = next_value[:, -1]
+    for t in range(reward.shape[1] - 1, -1, -1):
+        chain = 0.0 if t == reward.shape[1] - 1 else lam * (~done[:, t]).float()
+        ret = reward[:, t] + gamma * (~terminated[:, t]).float() * ((1 - chain) * next_value[:, t] + chain * ret)
+        out[:, t] = ret
+    return out
+
+
 class PercentileScale:
     """DreamerV3's return normalization: EMAs (``rate``) of the 5th and 95th percentiles of the returns, and the
     scale ``max(limit, P95 - P5)`` that advantages are divided by (small returns are not blown up)."""

@@ -127,3 +127,10 @@ def test_quadrotor_hover_default_run_meets_the_criterion(tmp_path, seed):
     fresh = evaluate_run(tmp_path / "run", episodes=100, seed=90_000 + seed)
     assert fresh["step"] == summary["step"]
     assert fresh["eval/success"] >= FLOORS["quadrotor_hover_fresh_success"], fresh
+
+
+def test_dreamer_ac_learns_target(tmp_path):
+    # DreamerV3's actor-critic on segments of 10 real steps (no model: it learns from whatever stream it observes)
+    summary = run("target", ["algo=dreamer-ac", "num_envs=4", "total_steps=8000", "dreamer-ac.horizon=10",
+                             "log.eval_every=0", "log.eval_episodes=50"], tmp_path)
+    assert summary["eval/return"] >= FLOORS["dreamer_ac_target"], summary
