@@ -575,3 +575,20 @@ def test_percentile_scale_exact():
     copy = PercentileScale()
     copy.load_state_dict(s.state_dict())
     assert float(copy.scale) == float(s.scale)
+
+
+def test_segment_lambda_returns_cut_at_episode_ends():
+    from embodied.algos.returns import segment_lambda_returns
+
+    r = torch.ones(1, 3)
+    v = torch.tensor([[5.0, 9.0, 7.0]])  # value of each step's own next observation
+    f, t = torch.tensor([[False, False, False]]), torch.tensor([[False, True, False]])
+    # terminated at t=1: R_2 = 1 + 0.5 * 7 = 4.5 (the segment's end bootstraps); R_1 = 1; R_0 = 1 + 0.5 (2.5 + 0.5)
+    assert torch.allclose(segment_lambda_returns(r, t, t, v, 0.5, 0.5), torch.tensor([[2.5, 1.0, 4.5]]))
+    # truncated at t=1: R_1 = 1 + 0.5 * 9 (its final state), R_0 = 1 + 0.5 (0.5 * 5 + 0.5 * 5.5)
+    assert torch.allclose(segment_lambda_returns(r, f, t, v, 0.5, 0.5), torch.tensor([[3.625, 5.5, 4.5]]))
+    # nothing ends: the plain lambda-return with v_{t+1} = next_value
+    from embodied.algos.returns import lambda_returns
+
+    plain = lambda_returns(r, torch.ones(1, 3), torch.cat([torch.zeros(1, 1), v], 1), 0.5, 0.5)
+    assert torch.allclose(segment_lambda_returns(r, f, f, v, 0.5, 0.5), plain)
