@@ -64,7 +64,7 @@ def run_random(task: str, seed: int) -> dict:
     from embodied.config import load_config
     from embodied.evaluate import evaluate, make_eval_env
 
-    cfg = load_config(task, None, [f"seed={seed}", *REAL[task]])
+    cfg = load_config(task, None, [f"seed={seed}", "algo=sac", *REAL[task]])
     env = make_eval_env(cfg, num_envs=100)
     g = torch.Generator().manual_seed(seed)
     low = torch.as_tensor(env.single_action_space.low)
