@@ -108,13 +108,21 @@ class CrazyflieRobot(Robot):
             lc.start()
             self.configs.append(lc)
         self.cf.connection_lost.add_callback(lambda *_: setattr(self, "_lost", True))
-        if self.onboard_policy:
-            self.cf.param.set_value("stabilizer.controller", "6")  # the out-of-tree controller: the policy
+        confirmed = threading.Event()
+        if self.onboard_policy:  # the out-of-tree controller (the policy): flying starts only once the firmware
+            # echoed the write (a busy link delivers it late; the stock controller must not fly the policy's targets)
+            self.cf.param.add_update_callback(group="stabilizer", name="controller",
+                                              cb=lambda _name, value: confirmed.set() if str(value) == "6" else None)
+            self.cf.param.set_value("stabilizer.controller", "6")
+        else:
+            confirmed.set()
         deadline = time.monotonic() + self.timeout
-        while self._state is None:  # the first full sample before anyone arms on it
+        while self._state is None or not confirmed.is_set():  # the first full sample before anyone arms on it
             if time.monotonic() > deadline:
                 self.close()
-                raise UserError(f"the Crazyflie at {self.link} sends no state (log blocks) within {self.timeout:g} s")
+                what = "sends no state (log blocks)" if self._state is None else \
+                    "did not confirm the out-of-tree controller (stabilizer.controller = 6; is the app flashed?)"
+                raise UserError(f"the Crazyflie at {self.link} {what} within {self.timeout:g} s")
             time.sleep(0.01)
 
     _lost = False
