@@ -199,6 +199,10 @@ def test_wm_report_cli_writes_json_and_plot(tmp_path):
 
     assert evaluate_run(run, episodes=2)["eval/length"] == 200.0
     assert export_run(run, tmp_path / "bundle", "onnx", 16)["task"] == "pendulum"
+    # any learner trains in a fitted model (PPO in the model env; evaluated on the real pendulum)
+    _, summary = train(load_config("wm:pendulum", "debug", [*QUIET, "algo=ppo", f"env.model={run}",
+                                                            "total_steps=512"]), tmp_path / "ppo")
+    assert summary["step"] == 512 and summary["eval/length"] == 200.0
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])
