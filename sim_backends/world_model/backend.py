@@ -23,7 +23,21 @@ MODEL_FILE = "world_model.pt"
 FORMAT = 1
 
 
-class WorldModelSim(TensorStateBackend):
+class SampledBackend(TensorStateBackend):
+    """A sampled model: its generator's state is part of the simulation (a task hands it its own generator)."""
+
+    generator: torch.Generator
+
+    def get_state(self) -> dict[str, torch.Tensor]:
+        return {**super().get_state(), "rng": self.generator.get_state()}
+
+    def set_state(self, state: dict[str, torch.Tensor]) -> None:
+        super().set_state(state)
+        if "rng" in state:
+            self.generator.set_state(state["rng"])
+
+
+class WorldModelSim(SampledBackend):
     """``num_envs`` imagined rollouts of ``network`` (a ``ProbabilisticEnsemble``). ``step(action)`` leaves the
     predicted ``reward [N]``, ``p_terminal [N]`` and ``disagreement [N]`` beside the state ``x [N, S]``."""
 
@@ -47,17 +61,8 @@ class WorldModelSim(TensorStateBackend):
         self.x = out["next_state"]
         self.reward, self.p_terminal, self.disagreement = out["reward"], out["p_terminal"], out["disagreement"]
 
-    # a sampled model: the generator's state is part of the simulation (the task shares its own generator here)
-    def get_state(self) -> dict[str, torch.Tensor]:
-        return {**super().get_state(), "rng": self.generator.get_state()}
 
-    def set_state(self, state: dict[str, torch.Tensor]) -> None:
-        super().set_state(state)
-        if "rng" in state:
-            self.generator.set_state(state["rng"])
-
-
-class RSSMSim(TensorStateBackend):
+class RSSMSim(SampledBackend):
     """``num_envs`` imagined rollouts of an ``RSSM``: the state is its features ``x = [deter | stoch]``; a step
     samples the prior (its mode with ``deterministic``) and decodes the observation ``obs [N, obs_dim]``, the
     reward and the termination probability. There is one model, so ``disagreement`` is 0."""
@@ -88,14 +93,6 @@ class RSSMSim(TensorStateBackend):
         self.obs = net.decode(self.x)
         self.reward = net.reward(self.x)
         self.p_terminal = 1.0 - torch.sigmoid(net.cont_head(self.x).squeeze(-1))
-
-    def get_state(self) -> dict[str, torch.Tensor]:
-        return {**super().get_state(), "rng": self.generator.get_state()}
-
-    def set_state(self, state: dict[str, torch.Tensor]) -> None:
-        super().set_state(state)
-        if "rng" in state:
-            self.generator.set_state(state["rng"])
 
 
 def save_world_model(path: Path, network: ProbabilisticEnsemble | RSSM, cfg, task: str, task_config: dict,
