@@ -90,10 +90,10 @@ def test_training_lowers_the_loss_and_the_report_counts_horizons(image):
     model = RSSM(1, SMALL, image=(3, 16, 16) if image else None, vector=0 if image else 2)
     g = torch.Generator().manual_seed(0)
     b = sample_batch(seqs, 8, 8, g)
-    before = float(model.loss(b["obs"], b["prev_action"], b["reward"], b["cont"], b["first"], g)[0])
+    before = float(model.loss(b["obs"], b["prev_action"], b["reward"], b["cont"], b["first"], g)[0].detach())
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     fit_rssm(model, opt, seqs, 60, g)
-    after = float(model.loss(b["obs"], b["prev_action"], b["reward"], b["cont"], b["first"], g)[0])
+    after = float(model.loss(b["obs"], b["prev_action"], b["reward"], b["cont"], b["first"], g)[0].detach())
     assert after < 0.7 * before, (before, after)
     report = open_loop_psnr(model, seqs, context=3, horizon=10)
     assert report["episodes"] == 6 and len(report["reward_mae"]) == 10
