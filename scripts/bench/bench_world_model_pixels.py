@@ -44,6 +44,7 @@ def main() -> None:
     from embodied.sim_backends.world_model import MODEL_FILE, save_world_model
     from embodied.sim_backends.world_model.rssm import PRESETS, RSSM, RSSMConfig
     from embodied.sim_backends.world_model.sequences import fit_rssm, open_loop_psnr, parameter_count, rssm_starts
+    from embodied.tasks.world_model.report import open_loop_video
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--updates", type=int, default=3000)
@@ -87,7 +88,7 @@ def main() -> None:
             result["reports"].append({"updates": result["updates"], "train_s": round(result["train_s"], 1),
                                       "mean_psnr": rep["mean_psnr"], "psnr": [round(v, 2) for v in rep["psnr"]],
                                       "reward_mae_mean": sum(rep["reward_mae"]) / len(rep["reward_mae"])})
-            _video(rep, out / f"open_loop_{result['updates']:06d}.mp4")
+            open_loop_video(rep, out / f"open_loop_{result['updates']:06d}.mp4")
             starts, start_obs = rssm_starts(model, train, train_obs, context=5, stride=10, generator=g)
             save_world_model(out / MODEL_FILE, model, cfg, "pendulum-pixels", {}, starts, starts[:0],
                              start_obs=start_obs, image_group="policy", frame_channels=3)
@@ -96,16 +97,6 @@ def main() -> None:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "generator": g.get_state()}, state_path)
         result_path.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "last_metrics"}, indent=1))
-
-
-def _video(report: dict, path: Path) -> None:
-    """Real (left) beside imagined (right) frames of the first held-out episode, 4x enlarged."""
-    from embodied.render import write_video
-
-    real, imagined = report["real_frames"], report["frames"]
-    pair = torch.cat([real, imagined], 3).permute(0, 2, 3, 1).clamp(0, 1)
-    frames = (pair * 255).to(torch.uint8).repeat_interleave(4, 1).repeat_interleave(4, 2).numpy()
-    write_video(list(frames), path, fps=10)
 
 
 if __name__ == "__main__":

@@ -131,8 +131,17 @@ def wm_report(run_dir: Path, episodes: int = 20, seed: int | None = None, noise:
     return result
 
 
-def _rssm_report(network, meta: dict, env, data: dict, horizon: int, video: Path) -> dict:
+def open_loop_video(report: dict, path: Path) -> Path:
+    """Real (left) beside imagined (right) frames of the first held-out episode of an ``open_loop_psnr`` report,
+    4x enlarged."""
     from embodied.render import write_video
+
+    pair = torch.cat([report["real_frames"], report["frames"]], 3).permute(0, 2, 3, 1).clamp(0, 1)
+    frames = (pair * 255).to(torch.uint8).repeat_interleave(4, 1).repeat_interleave(4, 2).numpy()
+    return write_video(list(frames), path, fps=10)
+
+
+def _rssm_report(network, meta: dict, env, data: dict, horizon: int, video: Path) -> dict:
     from embodied.sim_backends.world_model.sequences import model_observation, open_loop_psnr, to_sequences
 
     groups = [(k, s.shape[0]) for k, s in env.single_observation_space.spaces.items()]
@@ -143,9 +152,7 @@ def _rssm_report(network, meta: dict, env, data: dict, horizon: int, video: Path
     context = 5
     horizon = min(horizon, int(seqs["length"].max()) - context)
     rep = open_loop_psnr(network, seqs, context=context, horizon=horizon)
-    pair = torch.cat([rep["real_frames"], rep["frames"]], 3).permute(0, 2, 3, 1).clamp(0, 1)
-    frames = (pair * 255).to(torch.uint8).repeat_interleave(4, 1).repeat_interleave(4, 2).numpy()
-    write_video(list(frames), video, fps=10)
+    open_loop_video(rep, video)
     return {"context": context, "psnr": rep["psnr"], "mean_psnr": rep["mean_psnr"], "reward_mae": rep["reward_mae"],
             "video": str(video), "held_out_episodes": rep["episodes"]}
 
