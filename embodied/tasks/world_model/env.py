@@ -92,8 +92,8 @@ class WorldModelEnv(ManagedVecEnv):
         space = self.single_action_space
         self._act_low = torch.as_tensor(space.low, device=self.device)
         self._act_high = torch.as_tensor(space.high, device=self.device)
-        self._obs = torch.zeros(self.num_envs, obs_dim, device=self.device)  # the task's observation, flat
-        self.starts = torch.zeros(0, obs_dim, device=self.device)
+        # the task's observation, flat (for the ensemble it is also the model's state, sim.x)
+        self._obs = torch.zeros(self.num_envs, obs_dim, device=self.device)
         if self.kind == "rssm":  # latent states after a real context, and the real observation there
             self.starts = meta["starts"].to(self.device, torch.float32)
             self.start_obs = meta["start_obs"].to(self.device, torch.float32)
@@ -166,8 +166,7 @@ class WorldModelEnv(ManagedVecEnv):
         return torch.cat(parts, 1)
 
     def _observe(self) -> Obs:
-        flat = self.sim.x if self.kind != "rssm" else self._obs
-        return dict(zip([k for k, _ in self.groups], flat.split([d for _, d in self.groups], 1)))
+        return dict(zip([k for k, _ in self.groups], self._obs.split([d for _, d in self.groups], 1)))
 
     def _compute(self, action: torch.Tensor) -> StepTerms:
         sim, cfg = self.sim, self.cfg
