@@ -18,6 +18,7 @@ ON_POLICY = "on_policy"
 OFF_POLICY = "off_policy"
 OFFLINE = "offline"
 PARADIGMS = (ON_POLICY, OFF_POLICY, OFFLINE)
+MAIN_STREAM = "main"  # Transition.stream of the run's own collector
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,7 @@ class Transition:
     fresh: torch.Tensor | None = None
     # which collector produced it: the run's own (MAIN_STREAM) or another beside it (a learned model's rollouts);
     # learners that link consecutive transitions keep one set of windows per stream
-    stream: str = "main"
-
-
-MAIN_STREAM = "main"
+    stream: str = MAIN_STREAM
 
 
 def split_act(out) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
