@@ -1,26 +1,12 @@
 """Returns for actor-critics that learn in imagination (DreamerV3, Hafner et al. 2023; reference subsystems.md 2.2):
-lambda-returns over an imagined horizon, and the percentile return scale the actor's advantages are divided by."""
+lambda-returns over segments of imagined (or real) steps, and the percentile return scale the actor's advantages are
+divided by."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import torch
-
-
-def lambda_returns(reward: torch.Tensor, cont: torch.Tensor, value: torch.Tensor, gamma: float,
-                   lam: float) -> torch.Tensor:
-    """``R_t = r_t + gamma c_t ((1 - lam) v_{t+1} + lam R_{t+1})``, ``R_H = v_H``, for ``reward [B, H]``,
-    ``cont [B, H]`` (1 where the episode goes on after step t) and ``value [B, H+1]``; returns ``[B, H]``."""
-    if value.shape[1] != reward.shape[1] + 1 or cont.shape != reward.shape:
-        raise ValueError(f"reward {tuple(reward.shape)}, cont {tuple(cont.shape)} need value [B, H+1], got "
-                         f"{tuple(value.shape)}")
-    out = torch.empty_like(reward)
-    ret = value[:, -1]
-    for t in range(reward.shape[1] - 1, -1, -1):
-        ret = reward[:, t] + gamma * cont[:, t] * ((1 - lam) * value[:, t + 1] + lam * ret)
-        out[:, t] = ret
-    return out
 
 
 def segment_lambda_returns(reward: torch.Tensor, terminated: torch.Tensor, done: torch.Tensor,
@@ -32,6 +18,9 @@ def segment_lambda_returns(reward: torch.Tensor, terminated: torch.Tensor, done:
 
     with ``next_value [B, H]`` the value of each step's own next observation (the final one where an episode
     ended): a truncated episode bootstraps from its final state, a terminated one not at all."""
+    if not reward.shape == terminated.shape == done.shape == next_value.shape:
+        raise ValueError(f"reward {tuple(reward.shape)}, terminated {tuple(terminated.shape)}, done "
+                         f"{tuple(done.shape)} and next_value {tuple(next_value.shape)} must all be [B, H]")
     out = torch.empty_like(reward)
     ret = next_value[:, -1]
     for t in range(reward.shape[1] - 1, -1, -1):

@@ -546,20 +546,22 @@ def test_ppo_linear_lr_schedule_and_adam_eps():
 
 
 def test_lambda_returns_exact():
-    from embodied.algos.returns import lambda_returns
+    from embodied.algos.returns import segment_lambda_returns
 
     r = torch.tensor([[1.0, 2.0]])
-    v = torch.tensor([[0.0, 10.0, 20.0]])
+    v = torch.tensor([[10.0, 20.0]])  # v(s_1), v(s_2): each step's next observation
+    no = torch.zeros(1, 2, dtype=torch.bool)
     # R_2 = 20; R_1 = 2 + 0.5 (0.5 * 20 + 0.5 * 20) = 12; R_0 = 1 + 0.5 (0.5 * 10 + 0.5 * 12) = 6.5
-    assert torch.allclose(lambda_returns(r, torch.ones(1, 2), v, 0.5, 0.5), torch.tensor([[6.5, 12.0]]))
-    # the episode ends after step 1: R_1 = 2, R_0 = 1 + 0.5 (5 + 1) = 4
-    assert torch.allclose(lambda_returns(r, torch.tensor([[1.0, 0.0]]), v, 0.5, 0.5), torch.tensor([[4.0, 2.0]]))
+    assert torch.allclose(segment_lambda_returns(r, no, no, v, 0.5, 0.5), torch.tensor([[6.5, 12.0]]))
+    # the episode ends (terminates) after step 1: R_1 = 2, R_0 = 1 + 0.5 (5 + 1) = 4
+    end = torch.tensor([[False, True]])
+    assert torch.allclose(segment_lambda_returns(r, end, end, v, 0.5, 0.5), torch.tensor([[4.0, 2.0]]))
     # lam = 0: one-step TD targets; lam = 1: discounted rewards plus the bootstrap at the horizon
-    assert torch.allclose(lambda_returns(r, torch.ones(1, 2), v, 0.5, 0.0), torch.tensor([[6.0, 12.0]]))
-    assert torch.allclose(lambda_returns(r, torch.ones(1, 2), v, 0.5, 1.0), torch.tensor([[1 + 0.5 * 2 + 0.25 * 20,
-                                                                                           2 + 0.5 * 20]]))
+    assert torch.allclose(segment_lambda_returns(r, no, no, v, 0.5, 0.0), torch.tensor([[6.0, 12.0]]))
+    assert torch.allclose(segment_lambda_returns(r, no, no, v, 0.5, 1.0),
+                          torch.tensor([[1 + 0.5 * 2 + 0.25 * 20, 2 + 0.5 * 20]]))
     with pytest.raises(ValueError):
-        lambda_returns(r, torch.ones(1, 2), v[:, :2], 0.5, 0.5)
+        segment_lambda_returns(r, no, no, v[:, :1], 0.5, 0.5)
 
 
 def test_percentile_scale_exact():
@@ -587,8 +589,5 @@ def test_segment_lambda_returns_cut_at_episode_ends():
     assert torch.allclose(segment_lambda_returns(r, t, t, v, 0.5, 0.5), torch.tensor([[2.5, 1.0, 4.5]]))
     # truncated at t=1: R_1 = 1 + 0.5 * 9 (its final state), R_0 = 1 + 0.5 (0.5 * 5 + 0.5 * 5.5)
     assert torch.allclose(segment_lambda_returns(r, f, t, v, 0.5, 0.5), torch.tensor([[3.625, 5.5, 4.5]]))
-    # nothing ends: the plain lambda-return with v_{t+1} = next_value
-    from embodied.algos.returns import lambda_returns
-
-    plain = lambda_returns(r, torch.ones(1, 3), torch.cat([torch.zeros(1, 1), v], 1), 0.5, 0.5)
-    assert torch.allclose(segment_lambda_returns(r, f, f, v, 0.5, 0.5), plain)
+    # nothing ends: R_2 = 4.5, R_1 = 1 + 0.5 (0.5 * 9 + 0.5 * 4.5) = 4.375, R_0 = 1 + 0.5 (0.5 * 5 + 0.5 * 4.375)
+    assert torch.allclose(segment_lambda_returns(r, f, f, v, 0.5, 0.5), torch.tensor([[3.34375, 4.375, 4.5]]))
