@@ -251,8 +251,8 @@ def _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri):
 # ---- the step -----------------------------------------------------------------------------------
 @nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
 def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt, geo, rng,
-               pol, cri, final_pol, final_cri, reward, terminated, truncated, success, log):
-    """One control step of every env. Writes the outputs (``pol .. success``) and the batch means into
+               pol, cri, final_pol, final_cri, reward, terminated, truncated, success, faulted, log):
+    """One control step of every env. Writes the outputs (``pol .. faulted``) and the batch means into
     ``log``; returns (number of envs with a numerical fault, whether any episode ended).
     ``final_pol/final_cri`` hold the observations before the reset, valid when an episode ended; ``dt``
     [s] comes as a float64 (the RK4 weights rounded once, as the reference rounds them)."""
@@ -321,6 +321,7 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
             term = False
             trunc = True
         reward[i] = r
+        faulted[i] = not finite
         terminated[i] = term
         truncated[i] = trunc
         any_done = any_done or term or trunc

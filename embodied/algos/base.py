@@ -63,6 +63,9 @@ class Transition:
     # engine dropped the step in between, e.g. the one in flight at a checkpoint); learners that link
     # consecutive transitions (n-step rows) must not link across it
     fresh: torch.Tensor | None = None
+    # [N] bool, or None: rows whose ``next_obs`` is no observation of the step: a numerical fault (the env reset
+    # it; ``ManagedVecEnv.step``'s ``info["faulted"]``) or a worker that died; a model fitted on transitions drops them
+    faulted: torch.Tensor | None = None
     # which collector produced it: the run's own (MAIN_STREAM) or another beside it (a learned model's rollouts);
     # learners that link consecutive transitions keep one set of windows per stream
     stream: str = MAIN_STREAM

@@ -186,7 +186,7 @@ class ManagedVecEnv(VecEnv):
         if terms.metrics:
             log.update({k: v.float().mean() for k, v in terms.metrics.items()})
         log["nan_resets"] = float(num_bad)
-        info = {"log": log, **(terms.info or {})}
+        info = {"log": log, "faulted": bad, **(terms.info or {})}
         if done.any():
             final_obs = {k: v.clone() for k, v in obs.items()}
             if num_bad:  # never hand non-finite observations to a learner

@@ -55,6 +55,7 @@ def _worker(conn, make_env: MakeEnv, num_envs: int, seed: int, lo: int, buffers:
                 buffers["reward"][lo:lo + num_envs] = reward
                 buffers["terminated"][lo:lo + num_envs] = terminated
                 buffers["truncated"][lo:lo + num_envs] = truncated
+                buffers["faulted"][lo:lo + num_envs] = info.get("faulted", False)
                 log = {k: float(v) for k, v in info["log"].items()}
                 conn.send(("ok", (log, {k: v.clone() for k, v in info.get("final_info", {}).items()})))
             elif cmd == "reset":
@@ -97,7 +98,7 @@ class AsyncCollector(Collector):
             "obs": {k: z(*v.shape[1:], dtype=v.dtype) for k, v in obs0.items()},
             "final_obs": {k: z(*v.shape[1:], dtype=v.dtype) for k, v in obs0.items()},
             "action": z(*self.single_action_space.shape), "reward": z(),
-            "terminated": z(dtype=torch.bool), "truncated": z(dtype=torch.bool),
+            "terminated": z(dtype=torch.bool), "truncated": z(dtype=torch.bool), "faulted": z(dtype=torch.bool),
         }
         self._procs: list = [None] * workers
         self._conns: list = [None] * workers
@@ -204,11 +205,12 @@ class AsyncCollector(Collector):
                 died.append(w)
         b = self.buffers
         reward, terminated, truncated = b["reward"].clone(), b["terminated"].clone(), b["truncated"].clone()
+        faulted = b["faulted"].clone()
         final_obs = {k: v.clone() for k, v in b["final_obs"].items()}
         for w in died:  # in-flight episodes end as truncated; the restarted worker's envs start afresh
             s = self._slice(w)
             self._restart(w)
-            reward[s], terminated[s], truncated[s] = 0.0, False, True
+            reward[s], terminated[s], truncated[s], faulted[s] = 0.0, False, True, True
             for k in final_obs:
                 final_obs[k][s] = self._obs[k][s]
         self._obs = {k: v.clone() for k, v in b["obs"].items()}
@@ -229,7 +231,8 @@ class AsyncCollector(Collector):
             self._dropped = False
         tr = Transition(obs, action, to_device(reward, self.learner_device),
                         to_device(terminated, self.learner_device), to_device(truncated, self.learner_device),
-                        next_obs=to_device(final_obs, self.learner_device), extras=extras, fresh=fresh)
+                        next_obs=to_device(final_obs, self.learner_device), extras=extras, fresh=fresh,
+                        faulted=to_device(faulted, self.learner_device))
         self._launch(act, version)  # step t+1 simulates while the learner updates on step t
         return tr
 

@@ -30,6 +30,7 @@ class EnvActor:
     def step(self, action: np.ndarray):
         obs, reward, terminated, truncated, info = self.env.step(torch.from_numpy(action))
         arrays = {"reward": reward.numpy(), "terminated": terminated.numpy(), "truncated": truncated.numpy(),
+                  "faulted": info["faulted"].numpy() if "faulted" in info else np.zeros_like(terminated.numpy()),
                   **{f"obs/{k}": v.numpy() for k, v in obs.items()},
                   **{f"final_obs/{k}": v.numpy() for k, v in info["final_obs"].items()}}
         log = {k: float(v) for k, v in info["log"].items()}

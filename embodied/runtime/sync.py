@@ -42,7 +42,8 @@ class SyncCollector(Collector):
             self.finished.extend(episodes.as_dicts())
         tr = Transition(obs, action, to_device(reward, self.learner_device),
                         to_device(terminated, self.learner_device), to_device(truncated, self.learner_device),
-                        next_obs=to_device(info["final_obs"], self.learner_device), extras=extras)
+                        next_obs=to_device(info["final_obs"], self.learner_device), extras=extras,
+                        faulted=to_device(info["faulted"], self.learner_device) if "faulted" in info else None)
         self._obs = next_obs
         return tr
 

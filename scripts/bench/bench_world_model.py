@@ -2,9 +2,9 @@
 
 For a task T (pendulum by default):
 
-- ``real``: the task's learner in the real simulator (SAC on pendulum, TD3 on quadrotor-hover), evaluated every ``--eval-every``
-  real steps. Its budget B is the first evaluation at >= 90% of its final return (success for tasks that report
-  it, i.e. quadrotor-hover), measured from ``random``'s return as the zero;
+- ``real``: the task's learner in the real simulator (SAC on pendulum, TD3 on quadrotor-hover), evaluated every
+  ``log.eval_every`` real steps. Its budget B is the first evaluation at >= 90% of its final return (success for
+  tasks that report it, i.e. quadrotor-hover), measured from ``random``'s return as the zero;
 - ``random``: uniform random actions on the evaluation env (R_random);
 - ``dream``: ``embodied train --task wm:T env.mode=dream total_steps=B``: B real steps only fit the model, SAC
   learns only from imagined rollouts; evaluated on the real task (R_dream). Then ``embodied wm-report`` on it;
@@ -135,16 +135,16 @@ def main() -> None:
     for task in args.tasks:
         for seed in args.seeds:
             files = {v: out / f"{v}_{task}_seed{seed}.json" for v in ("real", "random", "dream", "dyna")}
-            if not all(p.exists() for p in files.values()):
+            if not all(files[v].exists() for v in ("real", "random", "dream")):
                 continue
-            r = {v: json.loads(p.read_text()) for v, p in files.items()}
+            r = {v: json.loads(p.read_text()) for v, p in files.items() if p.exists()}
             rand = r["random"].get("eval/success", r["random"]["eval/return"])
             b = budget(r["real"], rand)
             real_at_b = next(s for step, s, _ in r["real"]["curve"] if step == b)
             row = {"task": task, "seed": seed, "budget_real_steps": b, "R_random": rand, "R_real_at_budget": real_at_b,
                    "R_real_final": r["real"]["curve"][-1][1], "real_wall_s_to_budget":
                    next(w for step, _, w in r["real"]["curve"] if step == b)}
-            for mode in ("dream", "dyna"):
+            for mode in [m for m in ("dream", "dyna") if m in r]:
                 final = r[mode]["curve"][-1][1]
                 row[f"R_{mode}"] = final
                 row[f"{mode}_to_real_score"] = (final - rand) / (real_at_b - rand)

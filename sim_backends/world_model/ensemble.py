@@ -34,9 +34,11 @@ class EnsembleConfig:
     max_updates: int = 2000  # gradient steps of one fit at most, whatever the data size
 
 
-def _mbpo_init(layer: EnsembleLinear) -> EnsembleLinear:
-    """MBPO's initialization: truncated normal weights of std ``1 / (2 sqrt(fan_in))``, zero biases."""
-    std = 1.0 / (2.0 * math.sqrt(layer.weight.shape[1]))
+def _init(layer: EnsembleLinear) -> EnsembleLinear:
+    """Truncated normal weights of std ``1 / sqrt(fan_in)`` (LeCun), zero biases. MBPO's ``1 / (2 sqrt(fan_in))``
+    halves the signal at every layer: with its 4 hidden layers on our fixed epoch budget the model had not started
+    to learn (quadrotor-hover, 30 epochs of 6400 transitions: held-out standardized MSE 0.90 against 0.17)."""
+    std = 1.0 / math.sqrt(layer.weight.shape[1])
     with torch.no_grad():
         nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
         layer.bias.zero_()
@@ -51,8 +53,8 @@ class ProbabilisticEnsemble(nn.Module):
         self.state_dim, self.act_dim, self.members = state_dim, act_dim, cfg.members
         self.out_dim = state_dim + 1  # delta state, reward
         dims = [state_dim + act_dim, *cfg.hidden]
-        self.layers = nn.ModuleList(_mbpo_init(EnsembleLinear(cfg.members, a, b)) for a, b in zip(dims[:-1], dims[1:]))
-        self.head = _mbpo_init(EnsembleLinear(cfg.members, dims[-1], 2 * self.out_dim + 1))
+        self.layers = nn.ModuleList(_init(EnsembleLinear(cfg.members, a, b)) for a, b in zip(dims[:-1], dims[1:]))
+        self.head = _init(EnsembleLinear(cfg.members, dims[-1], 2 * self.out_dim + 1))
         self.max_logvar = nn.Parameter(torch.full((self.out_dim,), 0.5))
         self.min_logvar = nn.Parameter(torch.full((self.out_dim,), -10.0))
         self.register_buffer("in_mean", torch.zeros(dims[0]))

@@ -96,6 +96,32 @@ def test_model_env_steps_like_the_task_and_truncates_where_members_disagree(pend
     assert torch.allclose(model_reward, real_reward, atol=0.1)
 
 
+def test_predictions_are_held_near_the_real_states(pendulum_model):
+    starts = torch.tensor([[1.0, 0.0, 0.0], [0.98, 0.2, 0.5], [0.99, 0.1, 1.0]])  # the "real data": a narrow range
+    pad = 0.5 * (starts.amax(0) - starts.amin(0))
+    lo, hi = starts.amin(0) - pad, starts.amax(0) + pad
+    outside = None
+    for margin in (None, 0.5):
+        env = embodied.make_env("wm:pendulum", num_envs=3, seed=0, model=str(pendulum_model), data_margin=margin,
+                                max_disagreement=None, deterministic=True)
+        env.set_starts(starts, starts)
+        env.reset(seed=0)
+        env.sim.x[:] = starts
+        obs, _, _, trunc, info = env.step(torch.ones(3, 1))  # full torque from the top: leaves the range
+        out = ((obs["policy"] < lo - 1e-6) | (obs["policy"] > hi + 1e-6)).any(1)
+        if margin is None:
+            outside = out
+            assert bool(out.any()) and float(info["log"]["held"]) == 0.0
+        else:  # the same rows held, on a bound; nothing truncated
+            assert not bool(out.any()) and not bool(trunc.any())
+            assert float(info["log"]["held"]) == pytest.approx(float(outside.float().mean()))
+            on_bound = ((obs["policy"] - lo).abs() < 1e-6) | ((obs["policy"] - hi).abs() < 1e-6)
+            assert torch.equal(on_bound.any(1), outside)
+        state = env.state_dict()
+        assert torch.equal(state["starts"], starts) and (state["data_range"] is None) == (margin is None)
+        env.load_state_dict(state)
+
+
 def test_missing_or_mismatched_models_are_one_line_errors(tmp_path, pendulum_model):
     with pytest.raises(UserError, match="needs model="):
         embodied.make_env("wm:pendulum")
@@ -299,3 +325,25 @@ def test_a_model_starts_from_an_off_policy_runs_replay(tmp_path):
         ppo = tmp_path / "ppo"
         train(load_config("pendulum", "debug", [*QUIET, "total_steps=256"]), ppo)
         read_replay(ppo, {"policy": 3}, 1)
+
+
+def test_faulted_real_rows_are_not_fitted():
+    """A numerical fault's row (reward zeroed, next observation a reset's) never reaches the model's data, and the
+    env's next row starts an episode."""
+    from embodied.runtime.sync import SyncCollector
+    from embodied.tasks.world_model.imagination import Imagination
+
+    im = Imagination(load_config("wm:pendulum", "debug", [*QUIET, "total_steps=64", "env.warmup=1000"]),
+                     torch.device("cpu"), None)
+    collector = SyncCollector(lambda n, s: embodied.make_env("pendulum", num_envs=n, seed=s), 4, 0, "cpu")
+    collector.reset(seed=0)
+    zero = lambda obs: torch.zeros(4, 1)  # noqa: E731
+    steps = [collector.step(zero)]
+    collector.env.sim.x[1] = float("nan")
+    steps += [collector.step(zero), collector.step(zero)]
+    assert steps[0].faulted.tolist() == [False] * 4 and steps[1].faulted.tolist() == [False, True, False, False]
+    for i, tr in enumerate(steps):
+        im.after_real(tr, 4 * (i + 1), algo=None)  # before the first fit: nothing is imagined
+    assert im.store.size == 11 and im.num_faulted == 1
+    assert torch.isfinite(im.store.storage[:11]).all()
+    assert im.store.get("initial").flatten().tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0]

@@ -380,14 +380,14 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         pol, cri = self._obs_buffers()
         final_pol, final_cri = np.empty_like(pol), np.empty_like(cri)
         reward, success = np.empty(n, np.float32), np.empty(n, np.float32)
-        terminated, truncated = np.empty(n, np.bool_), np.empty(n, np.bool_)
+        terminated, truncated, faulted = np.empty(n, np.bool_), np.empty(n, np.bool_), np.empty(n, np.bool_)
         log = np.empty(f["kernel"].LOG_DIM)
         num_bad, any_done = f["kernel"].hover_step(
             _as_numpy(action), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
             f["last_out"], f["nominal"], self._coefs(), self.params.dt, f["geo"], f["rng"], pol, cri, final_pol,
-            final_cri, reward, terminated, truncated, success, log)
+            final_cri, reward, terminated, truncated, success, faulted, log)
         self.num_nan_resets += num_bad
-        info = {"log": dict(zip(f["log_names"], log.tolist()))}
+        info = {"log": dict(zip(f["log_names"], log.tolist())), "faulted": torch.from_numpy(faulted)}
         info["log"]["nan_resets"] = float(num_bad)
         obs = {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}
         if any_done:

@@ -103,6 +103,7 @@ class Imagination:
         self.fitted = False
         self.next_fit = 0 if offline else self.cfg.warmup
         self.num_imagined = 0
+        self.num_faulted = 0  # real rows dropped: numerical faults
         self._fresh: torch.Tensor | None = None  # [N] real envs whose next observation starts an episode
         self.log: dict[str, float] = {}
 
@@ -136,8 +137,13 @@ class Imagination:
             self._fresh = torch.ones(n, dtype=torch.bool, device=self.device)
         if tr.fresh is not None:
             self._fresh |= tr.fresh.to(self.device)
-        self.store.add(state=self._flat(tr.obs), action=tr.action, reward=tr.reward, next_state=self._flat(tr.next_obs),
-                       terminated=tr.terminated, initial=self._fresh)
+        rows = dict(state=self._flat(tr.obs), action=tr.action, reward=tr.reward, next_state=self._flat(tr.next_obs),
+                    terminated=tr.terminated, initial=self._fresh)
+        if tr.faulted is not None and bool(tr.faulted.any()):  # no observation to learn a step to: drop the rows
+            keep = ~tr.faulted.to(self.device)
+            rows = {k: v[keep] for k, v in rows.items()}
+            self.num_faulted += int((~keep).sum())
+        self.store.add(**rows)
         self._fresh = (tr.terminated | tr.truncated).to(self.device)
         if step >= self.next_fit and self.store.size >= 2:
             self.refit()
@@ -155,6 +161,7 @@ class Imagination:
             self.log["imagined/return"] = sum(e["return"] for e in episodes) / len(episodes)
             self.log["imagined/length"] = sum(e["length"] for e in episodes) / len(episodes)
         self.log["imagined/steps"] = float(self.num_imagined)
+        self.log["model/faulted_rows"] = float(self.num_faulted)
         self.log["imagined/disagreement"] = float(self.collector.log.get("disagreement", 0.0))
 
     def refit(self) -> None:
@@ -176,8 +183,9 @@ class Imagination:
     def state_dict(self) -> dict:
         return {"network": self.network.state_dict(), "opt": self.opt.state_dict(), "store": self.store.state_dict(),
                 "generator": self.generator.get_state(), "fitted": self.fitted, "next_fit": self.next_fit,
-                "num_imagined": self.num_imagined, "fresh": self._fresh, "log": dict(self.log),
-                "starts": self.env.starts.clone(), "collector": self.collector.state_dict() if self.fitted else None}
+                "num_imagined": self.num_imagined, "num_faulted": self.num_faulted, "fresh": self._fresh,
+                "log": dict(self.log),
+                "collector": self.collector.state_dict() if self.fitted else None}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.network.load_state_dict(state["network"])
@@ -186,8 +194,8 @@ class Imagination:
         self.generator.set_state(state["generator"])
         self.fitted, self.next_fit = bool(state["fitted"]), int(state["next_fit"])
         self.num_imagined, self._fresh, self.log = int(state["num_imagined"]), state["fresh"], dict(state["log"])
-        self.env.starts = state["starts"].to(self.device)  # as of the last fit, not the store's rows since
-        if state["collector"] is not None:
+        self.num_faulted = int(state.get("num_faulted", 0))
+        if state["collector"] is not None:  # with the model env's starts as of the last fit
             self.collector.load_state_dict(state["collector"])
 
 
