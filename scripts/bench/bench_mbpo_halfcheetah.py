@@ -21,7 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import machine_info  # noqa: E402
 
+# the same for both, stated (configs/halfcheetah.yaml is PPO's; the running observation normalization is the
+# PolicyConfig default, and the learner's normalizer sees imagined observations too in the MBPO run)
 COMMON = ["policy.actor_hidden=[256,256]", "policy.critic_hidden=[256,256]", "policy.activation=relu",
+          "policy.obs_normalization=true",
           "log.eval_every=10000", "log.eval_episodes=10", "log.checkpoint_every=10000", "log.keep_checkpoints=1",
           "log.progress=false", "torch_threads=2"]
 VARIANTS = {
