@@ -29,13 +29,19 @@ from _machine import machine_info  # noqa: E402
 
 # the real learner per task, with the same learner, network sizes and evaluation as the model-based runs:
 # pendulum: SAC at an update-to-data ratio of 1 (the usual SAC), the PolicyConfig defaults;
-# quadrotor-hover: configs/quadrotor-hover.yaml as it is (TD3, stops at 95% success), evaluated on 100 episodes
+# quadrotor-hover: configs/quadrotor-hover.yaml as it is (TD3, stops at 95% success), evaluated on 100 episodes;
 REAL = {"pendulum": ["algo=sac", "num_envs=4", "total_steps=20000", "sac.updates_per_step=1", "sac.warmup_steps=1000",
                      "log.eval_every=1000", "log.eval_episodes=20", "log.checkpoint_every=0"],
-        "quadrotor-hover": ["log.eval_every=10000", "log.eval_episodes=100", "log.checkpoint_every=0"]}
+        "quadrotor-hover": ["log.eval_every=10000", "log.eval_episodes=100", "log.checkpoint_every=0"],
+        # halfcheetah: SAC as in bench_mbpo_halfcheetah.py (1 env, UTD 1, 256x256), 50k steps
+        "halfcheetah": ["algo=sac", "num_envs=1", "total_steps=50000", "sac.updates_per_step=1",
+                        "sac.warmup_steps=5000", "policy.actor_hidden=[256,256]", "policy.critic_hidden=[256,256]",
+                        "policy.activation=relu", "policy.obs_normalization=true", "log.eval_every=5000",
+                        "log.eval_episodes=10", "log.checkpoint_every=0"]}
 # the rest from configs/wm-<task>.yaml
 MODEL = {"pendulum": ["log.eval_every=1000", "log.eval_episodes=20"],
-         "quadrotor-hover": ["log.eval_every=10000", "log.eval_episodes=100"]}
+         "quadrotor-hover": ["log.eval_every=10000", "log.eval_episodes=100"],
+         "halfcheetah": ["log.eval_every=5000", "log.eval_episodes=10", "log.checkpoint_every=0"]}
 
 
 def _train(args: list[str], run_dir: Path, timeout_s: float) -> tuple[dict, float, list[dict]]:
