@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +46,8 @@ MODEL = {"pendulum": ["log.eval_every=1000", "log.eval_episodes=20"],
 
 
 def _train(args: list[str], run_dir: Path, timeout_s: float) -> tuple[dict, float, list[dict]]:
+    if run_dir.exists():  # a run stopped before its JSON was written: start it afresh (train appends to metrics)
+        shutil.rmtree(run_dir)
     cmd = ["embodied", "train", "--run-dir", str(run_dir), "log.progress=false", *args]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
