@@ -49,3 +49,49 @@ def test_controller_reaches_commanded_poses():
     assert rotation_error(target_r, r).norm(dim=1).max() < 1e-2  # [rad]
     fingers = sim.qpos[:, 7:9]
     assert bool((fingers < 0.002).all())  # gripper +1 closes
+
+
+def _place(env, row: int, pos, yaw: float = 0.0) -> None:
+    """Put the task's object of env ``row`` at ``pos`` at rest, and recompute the derived fields."""
+    a = env.obj_qpos
+    q = env.sim.qpos
+    q[row, a:a + 3] = torch.tensor(pos, dtype=torch.float64)
+    q[row, a + 3:a + 7] = torch.tensor([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)], dtype=torch.float64)
+    env.sim.qvel[row] = 0.0
+    env.sim.batch.forward()
+
+
+OPEN = torch.tensor([[0.0] * 6 + [-1.0]])  # hold still, gripper open
+
+
+def test_success_predicates_on_built_states():
+    import embodied
+    from embodied.tasks.manipulation.tabletop import CUBE, HOLE_DEPTH, PEG, PickPlaceEnv
+
+    env = embodied.make_env("reach", num_envs=2, seed=0)
+    env.reset(seed=0)
+    grip, _ = env.controller.ee_pose()
+    env.goal[0] = grip[0]  # the grip point on the goal: done at once
+    env.goal[1] = grip[1] + torch.tensor([0.0, 0.0, 0.05], dtype=torch.float64)
+    _, reward, term, _, info = env.step(OPEN.expand(2, -1))
+    assert term.tolist() == [True, False] and info["final_info"]["success"][0] == 1.0
+    assert float(reward[0]) > 9.0 and float(reward[1]) < 0.0  # the bonus, and the distance penalty
+
+    env = embodied.make_env("pick-place", num_envs=3, seed=0)
+    env.reset(seed=0)
+    plate = PickPlaceEnv.goal_start
+    top = 2 * PickPlaceEnv.PLATE[2] + CUBE
+    _place(env, 0, (plate[0] + 0.02, plate[1] - 0.03, top), yaw=0.3)  # on the plate, off centre, turned
+    _place(env, 1, (plate[0] + 0.07, plate[1], CUBE))  # on the table beside it
+    _place(env, 2, (plate[0], plate[1], top + 0.05))  # above it, falling
+    _, _, term, _, _ = env.step(OPEN.expand(3, -1))
+    assert term.tolist() == [True, False, False]
+
+    env = embodied.make_env("peg-insert", num_envs=3, seed=0)
+    env.reset(seed=0)
+    hole = env.goal_start
+    _place(env, 0, (hole[0], hole[1], PEG[2]))  # all the way down the hole
+    _place(env, 1, (hole[0] + 0.1, hole[1], PEG[2]))  # standing beside the fixture
+    _place(env, 2, (hole[0], hole[1], HOLE_DEPTH + PEG[2] + 0.001))  # on top of the hole, not in
+    _, _, term, _, _ = env.step(OPEN.expand(3, -1))
+    assert term.tolist() == [True, False, False]

@@ -30,10 +30,10 @@ from embodied.core.errors import UserError
 TIMESTEP = 0.002  # [s] physics step
 ARM_JOINTS = tuple(f"robot:panda0_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("robot:panda0_finger_joint1", "robot:panda0_finger_joint2")
-EE_SITE = "end_effector"  # between the fingertips, on link 7
+EE_SITE = "grip"  # between the finger pads, on link 7 (the controlled point)
 FINGER_OPEN = 0.04  # [m] per finger
-# a ready pose: the gripper 0.45 m in front of the base, 0.25 m above the table, pointing down
-HOME_QPOS = (0.0, -0.1837, 0.0, -2.4964, 0.0, 0.7417, 0.7854)
+# a ready pose: the grip point 0.45 m in front of the base, 0.25 m above the table, pointing down
+HOME_QPOS = (0.0, -0.2383, 0.0, -2.4528, 0.0, 0.6435, 0.7854)
 
 
 @cache
@@ -105,6 +105,10 @@ def build_mjcf(spec: SceneSpec) -> str:
                                         '<body name="panda0_link0" childclass="panda">')
     # every arm body compensates its own weight (the Panda's controller does)
     robot = re.sub(r'<body name="(panda0_link\d|panda0_\w+finger)"', r'<body gravcomp="1" name="\1"', robot)
+    # the grip point: between the finger pads, 1.5 cm above the fingertips (the kitchen's end_effector site is at
+    # the palm, 5 cm above them)
+    robot = robot.replace("<site name='end_effector'", f"<site name='{EE_SITE}' pos='0 0 .245' size='0.005' "
+                          "euler='0 0 -0.785398' rgba='1 0 0 0.5' group='4'/><site name='end_effector'")
     assets = _inner("assets.xml").replace('meshdir="franka_assets/meshes"',
                                           f'meshdir="{os.path.join(franka_dir(), "meshes")}"')
     assets = assets.replace('<option timestep="0.002"/>', "")
