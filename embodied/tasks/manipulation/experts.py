@@ -1,0 +1,201 @@
+"""Scripted experts for the tabletop tasks, batched: every env runs its own phase machine (approach, descend, grasp,
+lift, move, place or insert, release) on the true state, in LIBERO's action space. ``expert(env)`` gives the
+task's; calling it with an observation returns actions for all envs (it reads the env's state; the observation
+only fixes the batch). Noise knobs: ``action_noise`` (Gaussian std in normalized action units, added to every
+action) and ``target_noise`` (std [m] of a per-episode offset of every waypoint in the table plane)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from embodied.tasks.manipulation.controller import axis_angle_matrix, rotation_error
+from embodied.tasks.manipulation.tabletop import CUBE, PEG, PegInsertEnv, PickPlaceEnv, PushEnv, ReachEnv
+
+F64 = torch.float64
+ABOVE = 0.08  # [m] approach height over the object's centre
+CARRY = 0.14  # [m] height of the grip point while carrying
+CLOSE_STEPS = 6  # control steps the fingers get to close (0.3 s)
+
+
+def _yaw(rot: torch.Tensor) -> torch.Tensor:
+    return torch.atan2(rot[:, 1, 0], rot[:, 0, 0])
+
+
+class Expert:
+    default_noise = 0.1  # action_noise where none is given
+
+    def __init__(self, env, action_noise: float | None = None, target_noise: float = 0.0, seed: int = 0,
+                 gain: float = 1.0):
+        self.action_noise = self.default_noise if action_noise is None else action_noise
+        self.env, self.target_noise, self.gain = env, target_noise, gain
+        self.generator = torch.Generator().manual_seed(seed)
+        n = env.num_envs
+        self.phase = torch.zeros(n, dtype=torch.long)
+        self.timer = torch.zeros(n, dtype=torch.long)
+        self.offset = torch.zeros(n, 3, dtype=F64)
+        c = env.controller
+        _, rot = c.ee_pose()
+        # the home orientation without its yaw: pointing down; a target orientation is Rz(yaw) @ down
+        self.down = axis_angle_matrix(torch.tensor([[0.0, 0.0, 1.0]], dtype=F64) * -_yaw(rot[:1])) @ rot[:1]
+
+    def _restart(self) -> None:
+        fresh = self.env.episode_length == 0
+        if fresh.any():
+            self.phase[fresh], self.timer[fresh] = 0, 0
+            k = int(fresh.sum())
+            off = torch.randn(k, 3, generator=self.generator, dtype=F64) * self.target_noise
+            off[:, 2] = 0.0
+            self.offset[fresh] = off
+
+    def __call__(self, obs) -> torch.Tensor:
+        self._restart()
+        target, yaw, gripper = self.plan()
+        c = self.env.controller
+        pos, rot = c.ee_pose()
+        want = axis_angle_matrix(torch.stack([torch.zeros_like(yaw), torch.zeros_like(yaw), yaw], 1)) @ self.down
+        dp = self.gain * (target - pos) / c.max_translation
+        dw = self.rotation(want, rot) / c.max_rotation
+        action = torch.cat([dp, dw, gripper[:, None]], 1)
+        action = action + self.action_noise * torch.randn(action.shape, generator=self.generator, dtype=F64)
+        self.timer += 1
+        return action.clamp(-1.0, 1.0).float()
+
+    def rotation(self, want: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+        """The commanded rotation ``[N, 3]`` [rad] toward the wanted gripper orientation."""
+        return rotation_error(want, rot)
+
+    def _advance(self, mask: torch.Tensor) -> None:
+        self.phase[mask] += 1
+        self.timer[mask] = 0
+
+    def grasp_yaw(self, obj_rot: torch.Tensor, grip_rot: torch.Tensor) -> torch.Tensor:
+        """The gripper yaw nearest its current one that closes the fingers on a pair of the object's faces."""
+        current = _yaw(grip_rot)
+        err = _yaw(obj_rot) - current
+        err = torch.remainder(err + math.pi / 4, math.pi / 2) - math.pi / 4
+        return current + err
+
+    def plan(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per env: the grip point's target ``[N, 3]``, the gripper's target yaw ``[N]``, the gripper command."""
+        raise NotImplementedError
+
+
+class ReachExpert(Expert):
+    def plan(self):
+        pos, rot = self.env.controller.ee_pose()
+        return self.env.goal + self.offset, _yaw(rot), -torch.ones(pos.shape[0], dtype=F64)
+
+
+class PickExpert(Expert):
+    """Approach above the object, descend, close, lift, carry over the goal, lower, open."""
+
+    grasp_height = 0.0  # [m] grip point above the object's centre at the grasp
+    place_clearance = 0.004  # [m] the object's centre above its goal when it is let go
+
+    def plan(self):
+        env = self.env
+        grip, grip_rot = env.controller.ee_pose()
+        obj, obj_rot = env.object_pose()
+        n = grip.shape[0]
+        goal = self.goal_target() + self.offset
+        up = torch.tensor([0.0, 0.0, 1.0], dtype=F64)
+        target = grip.clone()
+        gripper = -torch.ones(n, dtype=F64)
+        yaw = self.grasp_yaw(obj_rot, grip_rot)
+        held = grip - obj  # the grip point relative to the object while carrying
+        p = self.phase
+        # dropped on the way (the object back on the table, away from the fingers): start over
+        self.phase[(p >= 3) & (p <= 5) & (held.norm(dim=1) > 0.03)] = 0
+        anchor = self.anchor(obj, obj_rot)  # the point of the object aligned over the goal
+        # 0: above the object
+        above = obj + up * ABOVE
+        target = torch.where((p == 0)[:, None], above, target)
+        self._advance((p == 0) & ((grip - above).norm(dim=1) < 0.01) & (self._yaw_err(yaw, grip_rot) < 0.05))
+        # 1: down to the grasp height
+        at = obj + up * self.grasp_height
+        target = torch.where((p == 1)[:, None], at, target)
+        self._advance((p == 1) & ((grip - at).norm(dim=1) < 0.005))
+        # 2: close
+        target = torch.where((p == 2)[:, None], at, target)
+        gripper = torch.where(p >= 2, torch.ones_like(gripper), gripper)
+        self._advance((p == 2) & (self.timer >= CLOSE_STEPS))
+        # 3: lift
+        lift = torch.cat([obj[:, :2] + held[:, :2], torch.full((n, 1), CARRY, dtype=F64)], 1)
+        target = torch.where((p == 3)[:, None], lift, target)
+        self._advance((p == 3) & (grip[:, 2] > CARRY - 0.01))
+        # 4: over the goal (the object's centre over it, whatever the grasp offset)
+        to_anchor = grip[:, :2] - anchor[:, :2]
+        over = torch.cat([goal[:, :2] + to_anchor, torch.full((n, 1), CARRY, dtype=F64)], 1)
+        target = torch.where((p == 4)[:, None], over, target)
+        self._advance((p == 4) & ((anchor[:, :2] - goal[:, :2]).norm(dim=1) < self.xy_tolerance))
+        # 5: lower onto / into the goal, correcting the alignment on the way
+        lower = torch.cat([goal[:, :2] + to_anchor, goal[:, 2:] + held[:, 2:] + self.place_clearance], 1)
+        target = torch.where((p == 5)[:, None], lower, target)
+        self._advance((p == 5) & (obj[:, 2] < goal[:, 2] + self.place_clearance + 0.003))
+        # 6: open and back off upwards
+        gripper = torch.where(p >= 6, -torch.ones_like(gripper), gripper)
+        target = torch.where((p >= 6)[:, None], torch.where((self.timer > CLOSE_STEPS)[:, None], grip + up * 0.03,
+                                                            grip), target)
+        return target, yaw, gripper
+
+    xy_tolerance = 0.005
+
+    def _yaw_err(self, yaw: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+        return torch.remainder(yaw - _yaw(rot) + math.pi, 2 * math.pi).sub(math.pi).abs()
+
+    def goal_target(self) -> torch.Tensor:
+        return self.env.goal
+
+    def anchor(self, obj: torch.Tensor, obj_rot: torch.Tensor) -> torch.Tensor:
+        return obj
+
+
+class PegExpert(PickExpert):
+    """The pick expert with a grasp near the peg's top and a slow, aligned descent into the hole."""
+
+    default_noise = 0.02  # 0.6 mm per step: the hole leaves 1 mm a side
+    grasp_height = PEG[2] / 2  # [m] over the peg's centre: lower, the palm meets the peg's top; higher, the
+    # fingertips meet the fixture before the success depth
+    place_clearance = -0.01  # push 1 cm past the success depth
+    xy_tolerance = 0.001
+
+    def anchor(self, obj, obj_rot):
+        return obj - obj_rot[:, :, 2] * PEG[2]  # the bottom face's centre: a tilted peg enters with it first
+
+
+class PushExpert(Expert):
+    """Get behind the cube (opposite the goal), lower the closed gripper to the table, push along the line."""
+
+    def plan(self):
+        env = self.env
+        grip, grip_rot = env.controller.ee_pose()
+        obj, obj_rot = env.object_pose()
+        goal = env.goal + self.offset
+        n = grip.shape[0]
+        d = goal[:, :2] - obj[:, :2]
+        d = d / d.norm(dim=1, keepdim=True).clamp_min(1e-6)
+        behind = torch.cat([obj[:, :2] - d * (CUBE + 0.03), torch.full((n, 1), CUBE, dtype=F64)], 1)
+        p = self.phase
+        # 0: above the point behind the cube; 1: down to it; 2: push through the goal
+        high = behind + torch.tensor([0.0, 0.0, ABOVE], dtype=F64)
+        target = torch.where((p == 0)[:, None], high, behind)
+        self._advance((p == 0) & ((grip - high).norm(dim=1) < 0.01))
+        self._advance((p == 1) & ((grip - behind).norm(dim=1) < 0.006))
+        push = torch.cat([goal[:, :2] - d * (CUBE + 0.005), torch.full((n, 1), CUBE, dtype=F64)], 1)
+        # off the line (the cube turned away): back to phase 0
+        lateral = (grip[:, :2] - obj[:, :2]) - ((grip[:, :2] - obj[:, :2]) * d).sum(1, keepdim=True) * d
+        lost = (p == 2) & (lateral.norm(dim=1) > 0.02)
+        self.phase[lost] = 0
+        target = torch.where((self.phase == 2)[:, None], push, target)
+        yaw = _yaw(grip_rot)
+        return target, yaw, torch.ones(n, dtype=F64)
+
+
+EXPERTS = {ReachEnv: ReachExpert, PushEnv: PushExpert, PickPlaceEnv: PickExpert, PegInsertEnv: PegExpert}
+
+
+def expert(env, **kwargs) -> Expert:
+    """The scripted expert of ``env``'s task."""
+    return EXPERTS[type(env)](env, **kwargs)
