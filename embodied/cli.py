@@ -1,4 +1,4 @@
-"""The ``embodied`` command line: train, eval, export, deploy, wm-report, tasks.
+"""The ``embodied`` command line: train, eval, export, deploy, wm-report, collect-demos, tasks.
 
 Errors a user can cause end in one line on stderr and exit status 2, never a traceback."""
 
@@ -39,6 +39,15 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--episodes", type=int, default=20, help="held-out real episodes to record (default 20)")
     w.add_argument("--horizon", type=int, default=50, help="longest open-loop horizon [steps] (default 50)")
     w.add_argument("--seed", type=int, default=None, help="seed of the held-out episodes")
+    c = sub.add_parser("collect-demos", help="record a task's scripted expert as a Minari dataset")
+    c.add_argument("--task", required=True, help="a task with a scripted expert (the manipulation tasks)")
+    c.add_argument("--episodes", type=int, default=50, help="episodes to record (default 50)")
+    c.add_argument("--out", default=None, help="dataset directory (default: demos/<task>-<episodes>)")
+    c.add_argument("--num-envs", type=int, default=16, help="envs the expert plays at once (default 16)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--noise", type=float, default=None, help="expert action noise (default: the expert's)")
+    c.add_argument("--target-noise", type=float, default=0.0, help="expert waypoint noise [m] (default 0)")
+    c.add_argument("--keep-failures", action="store_true", help="record failed episodes too")
     sub.add_parser("tasks", help="list registered tasks")
     x = sub.add_parser("export", help="write a deploy bundle (ONNX, C) of a trained run")
     x.add_argument("--run", required=True, help="run directory")
@@ -128,6 +137,17 @@ def _cmd_wm_report(args) -> int:
     return 0
 
 
+def _cmd_collect_demos(args) -> int:
+    import embodied.tasks  # noqa: F401
+    from embodied.datasets import collect_demos
+
+    out = args.out or f"demos/{args.task}-{args.episodes}"
+    summary = collect_demos(args.task, args.episodes, out, args.num_envs, args.seed, args.noise, args.target_noise,
+                            args.keep_failures)
+    print(json.dumps(summary))
+    return 0
+
+
 def _cmd_tasks(_args) -> int:
     import embodied.tasks  # noqa: F401
     from embodied.config import load_config
@@ -153,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             args.overrides = [*args.overrides, *extra]
         commands = {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks, "export": _cmd_export,
-                    "deploy": _cmd_deploy, "wm-report": _cmd_wm_report}
+                    "deploy": _cmd_deploy, "wm-report": _cmd_wm_report, "collect-demos": _cmd_collect_demos}
         return commands[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -113,7 +113,8 @@ def read_replay(run_dir: str | Path, dims: dict[str, int], act_dim: int) -> dict
 @torch.no_grad()
 def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
     """Roll ``env`` (a ``VecEnv``) with ``act(obs) -> action`` until ``num_episodes`` episodes ended; returns
-    them in Minari's episode layout (numpy), the observations of each group ``[T+1, d]``."""
+    them in Minari's episode layout (numpy), the observations of each group ``[T+1, d]``, with the episode's
+    ``final_info`` entries (``success``...) as floats under ``outcome``."""
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
     current = [{"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [], "rewards": [],
@@ -136,7 +137,48 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
                 done_eps.append({"observations": {k: np.stack(v) for k, v in ep["obs"].items()},
                                  "actions": np.stack(ep["actions"]), "rewards": np.array(ep["rewards"]),
                                  "terminations": np.array(ep["terminations"]),
-                                 "truncations": np.array(ep["truncations"])})
+                                 "truncations": np.array(ep["truncations"]),
+                                 "outcome": {k: float(v[i]) for k, v in info.get("final_info", {}).items()}})
                 current[i] = {"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [],
                               "rewards": [], "terminations": [], "truncations": []}
     return done_eps[:num_episodes]
+
+
+def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
+                  action_noise: float | None = None, target_noise: float = 0.0, keep_failures: bool = False) -> dict:
+    """Roll ``task``'s scripted expert until ``episodes`` episodes (successful ones unless ``keep_failures``) are
+    recorded, and write them as a Minari dataset at ``out``. Returns a summary with the expert's success rate over
+    every episode it played."""
+    import embodied
+    from embodied.core.registry import TASKS
+
+    if episodes < 1 or num_envs < 1:
+        raise UserError(f"episodes and num_envs must be >= 1, got {episodes}, {num_envs}")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):  # checked before the rollouts, not after them
+        raise UserError(f"{out} exists and is not empty; choose a new directory for the dataset")
+    spec = TASKS.get(task)
+    if spec.expert is None:
+        raise UserError(f"task {task!r} has no scripted expert (tasks with one: "
+                        f"{', '.join(n for n in TASKS.names() if TASKS.get(n).expert is not None)})")
+    env = embodied.make_env(task, num_envs=num_envs, seed=seed)
+    act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed)
+    kept, played, succeeded = [], 0, 0
+    for round_ in range(20):  # an expert that succeeds in 1 of 20 attempts or less gives up: say so
+        batch = record_episodes(env, act, max(episodes - len(kept), num_envs), seed=seed + 1000 * round_)
+        for ep in batch:
+            ok = ep["outcome"].get(spec.success_metric or "", 1.0) > 0.5
+            played, succeeded = played + 1, succeeded + ok
+            if (ok or keep_failures) and len(kept) < episodes:
+                kept.append(ep)
+        if len(kept) >= episodes:
+            break
+    else:
+        raise UserError(f"the {task} expert succeeded in {succeeded} of {played} episodes; {episodes} were asked for")
+    env.close()
+    write_minari(out, kept, env.single_observation_space, env.single_action_space,
+                 dataset_id=f"embodied/{task}-expert-v0", task=task, expert_success_rate=succeeded / played,
+                 expert_episodes=played)
+    return {"dataset": str(out), "task": task, "episodes": len(kept), "expert_episodes": played,
+            "expert_success_rate": round(succeeded / played, 4),
+            "steps": int(sum(len(ep["actions"]) for ep in kept))}

@@ -35,10 +35,8 @@ class Expert:
         self.phase = torch.zeros(n, dtype=torch.long)
         self.timer = torch.zeros(n, dtype=torch.long)
         self.offset = torch.zeros(n, 3, dtype=F64)
-        c = env.controller
-        _, rot = c.ee_pose()
-        # the home orientation without its yaw: pointing down; a target orientation is Rz(yaw) @ down
-        self.down = axis_angle_matrix(torch.tensor([[0.0, 0.0, 1.0]], dtype=F64) * -_yaw(rot[:1])) @ rot[:1]
+        # the gripper pointing down at yaw 0 (its x axis along the world's); a target orientation is Rz(yaw) @ down
+        self.down = torch.diag(torch.tensor([1.0, -1.0, -1.0], dtype=F64))[None]
 
     def _restart(self) -> None:
         fresh = self.env.episode_length == 0

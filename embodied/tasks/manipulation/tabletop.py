@@ -327,9 +327,15 @@ class PegInsertEnv(TabletopEnv):
 TASKS = {"reach": (ReachEnv, ReachConfig), "push-to-goal": (PushEnv, PushConfig),
          "pick-place": (PickPlaceEnv, PickPlaceConfig), "peg-insert": (PegInsertEnv, PegInsertConfig)}
 
+def _expert(env, **kwargs):
+    from embodied.tasks.manipulation.experts import expert
+
+    return expert(env, **kwargs)
+
+
 for _name, (_cls, _cfg) in TASKS.items():
     _cls.task_name = _name
     register_task(TaskSpec(name=_name, make=_cls, config_cls=_cfg, description=f"Franka Panda tabletop: {_name}",
                            backends=("mujoco_cpu",), success_metric="success", default_algo="ppo",
-                           tags=("mujoco", "manipulation")))
+                           tags=("mujoco", "manipulation"), expert=_expert))
 
