@@ -71,6 +71,7 @@ class RunConfig:
     # consecutive evaluations at or above stop_success that stop the run (None: 2 below 200 evaluation
     # starts, 1 from 200 on); each evaluation draws fresh starts
     stop_passes: int | None = None
+    data: str = ""  # a recorded dataset (Minari) for offline algorithms (bc): data=PATH
     env: Any = None  # the task's config dataclass
     algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

@@ -35,6 +35,7 @@ class BuildContext:
     policy: Any  # PolicyConfig
     symmetry: Any = None
     layout: Any = None  # the task's Layout (core/layout.py): image terms pick a CNN encoder
+    data: str = ""  # the run's dataset (``data=PATH``): what an offline algorithm learns from
 
     def image(self, group: str) -> list | None:
         """``[start, C, H, W]`` of the group's image term, or None; more than one image term is a UserError."""

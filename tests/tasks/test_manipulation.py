@@ -146,3 +146,22 @@ def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys):
     assert main(["collect-demos", "--task", "pendulum", "--episodes", "2", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "exists" in err[0] and "no scripted expert" in err[1]
+
+
+def test_bc_learns_reach_from_demonstrations(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from embodied.config import load_config
+    from embodied.datasets import collect_demos
+    from embodied.train import train
+
+    spec = importlib.util.spec_from_file_location("floors", Path(__file__).parents[1] / "floors.py")
+    floors = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(floors)
+    collect_demos("reach", 20, tmp_path / "demos", num_envs=8, seed=0)
+    cfg = load_config("reach", None, ["algo=bc", f"data={tmp_path / 'demos'}", "total_steps=600", "num_envs=1",
+                                      "log.eval_every=0", "log.eval_episodes=50", "log.progress=false",
+                                      "log.tensorboard=false"])
+    _, summary = train(cfg, tmp_path / "run")
+    assert summary["eval/success"] >= floors.FLOORS["bc_reach_success"], summary

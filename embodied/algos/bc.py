@@ -1,0 +1,114 @@
+"""Behaviour cloning: a deterministic MLP policy regressed onto the actions of a recorded dataset (``data=PATH``, a
+Minari dataset such as ``embodied collect-demos`` writes), in the offline runner: every ``update`` is one gradient
+step on a minibatch; ``total_steps`` counts gradient steps. The policy is the TD3 actor (``tanh`` output: actions
+in [-1, 1]) with its observation normalizer fitted on the whole dataset, so it exports like every policy.
+
+A tenth of the episodes (at least one) is held out: ``bc/val_loss`` is the action MSE on them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transition
+from embodied.core.errors import UserError
+from embodied.core.registry import ALGOS
+from embodied.policies import DeterministicActor
+
+VAL_EVERY = 200  # gradient steps between two held-out losses
+
+
+@dataclass
+class BCConfig:
+    lr: float = 1e-3
+    batch_size: int = 256
+    weight_decay: float = 1e-4
+    max_grad_norm: float = 1.0
+    holdout: float = 0.1  # fraction of the episodes held out for the validation loss
+
+
+class BC(Algorithm):
+    paradigm = OFFLINE
+    config_cls = BCConfig
+
+    @classmethod
+    def build(cls, cfg: BCConfig, ctx: BuildContext) -> BC:
+        from embodied.datasets import read_transitions
+
+        if not ctx.data:
+            raise UserError("bc learns from a dataset: give data=PATH (a Minari dataset, e.g. from embodied "
+                            "collect-demos)")
+        if not isinstance(ctx.action_space, gym.spaces.Box):
+            raise UserError("bc needs continuous (Box) actions")
+        if cfg.batch_size < 1 or not 0 <= cfg.holdout < 1:
+            raise UserError(f"bc: batch_size >= 1 and holdout in [0, 1), got {cfg.batch_size}, {cfg.holdout}")
+        data = read_transitions(ctx.data, ["policy"])
+        obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
+        if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
+            raise UserError(f"the dataset {ctx.data} has {data['state'].shape[1]} observation / "
+                            f"{data['action'].shape[1]} action entries per step; the task has {obs_dim} / {act_dim}")
+        return cls(cfg, ctx, data)
+
+    def __init__(self, cfg: BCConfig, ctx: BuildContext, data: dict[str, torch.Tensor]):
+        self.cfg, self.device = cfg, torch.device(ctx.device)
+        p = ctx.policy
+        obs_dim, act_dim = data["state"].shape[1], data["action"].shape[1]
+        torch.manual_seed(ctx.seed)
+        self.pi = DeterministicActor(obs_dim, act_dim, p.actor_hidden, p.activation, p.obs_normalization)
+        self.pi.to(self.device)
+        self.opt = torch.optim.AdamW(self.pi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(ctx.seed)
+        # hold out whole episodes (steps of one episode are near copies of each other)
+        episode = torch.cumsum(data["initial"].long(), 0) - 1
+        n_ep = int(episode[-1]) + 1
+        n_val = max(1, round(cfg.holdout * n_ep)) if cfg.holdout > 0 and n_ep > 1 else 0
+        order = torch.randperm(n_ep, generator=torch.Generator().manual_seed(ctx.seed))
+        val = torch.isin(episode, order[:n_val])
+        obs, action = data["state"].to(self.device), data["action"].clamp(-1.0, 1.0).to(self.device)
+        self.obs, self.action = obs[~val.to(self.device)], action[~val.to(self.device)]
+        self.val_obs, self.val_action = obs[val.to(self.device)], action[val.to(self.device)]
+        if hasattr(self.pi.normalizer, "update"):
+            self.pi.normalizer.update(self.obs)
+        self.num_updates = 0
+        self._val_loss = float("nan")
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        return self.pi.act(obs["policy"])
+
+    def observe(self, transition: Transition) -> None:  # offline: nothing is collected
+        pass
+
+    def update(self) -> dict[str, float]:
+        idx = torch.randint(self.obs.shape[0], (self.cfg.batch_size,), generator=self.generator, device=self.device)
+        loss = ((self.pi(self.obs[idx]) - self.action[idx]) ** 2).mean()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)
+        self.opt.step()
+        self.num_updates += 1
+        if self.val_obs.shape[0] and self.num_updates % VAL_EVERY == 1:
+            with torch.no_grad():
+                self._val_loss = float(((self.pi(self.val_obs) - self.val_action) ** 2).mean())
+        return {"bc/loss": float(loss.detach()), "bc/val_loss": self._val_loss,
+                "bc/dataset_steps": float(self.obs.shape[0])}
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def state_dict(self) -> dict:
+        return {"pi": self.pi.state_dict(), "opt": self.opt.state_dict(), "generator": self.generator.get_state(),
+                "num_updates": self.num_updates, "val_loss": self._val_loss}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.pi.load_state_dict(state["pi"])
+        self.opt.load_state_dict(state["opt"])
+        self.generator.set_state(state["generator"])
+        self.num_updates, self._val_loss = int(state["num_updates"]), float(state["val_loss"])
+
+
+ALGOS.register("bc", BC)
