@@ -12,7 +12,8 @@ from embodied.policies.actor_critic import (
     update_normalizer,
 )
 from embodied.policies.normalizer import EmpiricalNormalizer
+from embodied.policies.residual import ResidualActor
 
-__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor",
+__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "ResidualActor",
            "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec",
            "update_normalizer"]

@@ -256,7 +256,8 @@ def policy_spec(actor: nn.Module) -> dict:
     """How to rebuild an actor: registry name and constructor kwargs."""
     names = {GaussianActor: "gaussian_mlp", SquashedGaussianActor: "squashed_gaussian_mlp",
              DeterministicActor: "deterministic_mlp", CategoricalActor: "categorical_mlp"}
-    return {"name": names[type(actor)], "kwargs": dict(actor.init_kwargs)}
+    name = getattr(actor, "spec_name", None) or names[type(actor)]  # a composite actor names itself
+    return {"name": name, "kwargs": dict(actor.init_kwargs)}
 
 
 def build_policy(spec: dict) -> nn.Module:

@@ -1,0 +1,103 @@
+"""residual-ppo: PPO on a residual over a frozen base policy (``base=RUN_DIR``, any run whose checkpoint holds a
+policy: BC, PPO, SAC...). ResiP's settings: the residual is a Gaussian policy on ``[obs, base action]`` whose
+mean layer starts at zero, scaled by ``scale`` (0.1) in normalized action units and bounded by ``limit``; so the
+deterministic combined policy acts exactly as the base at step 0. PPO's rollout stores the residual as the action
+and ``[obs, base action]`` as the observation; the env receives the combined action. ``actor()`` is the combined
+policy (``ResidualActor``): evaluation, ``load_policy`` and checkpoints see base and residual as one."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.algos.base import BuildContext, Obs, Transition
+from embodied.algos.ppo import PPO, PPOConfig
+from embodied.core.errors import UserError
+from embodied.core.registry import ALGOS
+from embodied.policies import ResidualActor, policy_spec
+
+
+@dataclass
+class ResidualPPOConfig(PPOConfig):
+    scale: float = 0.1  # residual units per normalized action unit (ResiP's action_scale)
+    limit: float = 0.1  # the added residual's bound per action dimension, in normalized action units
+    init_log_std: float = -1.0  # ResiP's run script
+
+
+def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
+    """The policy spec and weights of the run at ``path``, checked against the task's dimensions."""
+    from embodied.checkpoint import load_checkpoint
+
+    if not path:
+        raise UserError("a residual learner needs base=RUN_DIR: the frozen policy it corrects")
+    ckpt = load_checkpoint(path)
+    try:
+        spec, state = ckpt["policy"]["spec"], ckpt["policy"]["state"]
+        dims = spec["kwargs"]["obs_dim"], spec["kwargs"]["act_dim"]
+    except (KeyError, TypeError):
+        raise UserError(f"the checkpoint in {path} holds no policy a residual can wrap") from None
+    if dims != (obs_dim, act_dim):
+        raise UserError(f"the base policy at {path} reads {dims[0]} observation entries and acts on {dims[1]}; "
+                        f"this task has {obs_dim} / {act_dim}")
+    return {"spec": spec, "state": state}
+
+
+class ResidualPPO(PPO):
+    config_cls = ResidualPPOConfig
+
+    @classmethod
+    def build(cls, cfg: ResidualPPOConfig, ctx: BuildContext) -> ResidualPPO:
+        if not isinstance(ctx.action_space, gym.spaces.Box) or ctx.image("policy") is not None:
+            raise UserError("residual-ppo needs continuous actions and state observations")
+        if not (cfg.scale > 0 and cfg.limit > 0):
+            raise UserError(f"residual-ppo: scale and limit must be > 0, got {cfg.scale}, {cfg.limit}")
+        obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
+        base = load_base(ctx.base, obs_dim, act_dim)
+        spaces = dict(ctx.obs_space.spaces)
+        spaces["policy"] = gym.spaces.Box(-np.inf, np.inf, (obs_dim + act_dim,), np.float32)
+        if "critic" not in spaces:  # the critic reads what the actor reads
+            spaces["critic"] = ctx.obs_space["policy"]
+        ctx = dataclasses.replace(ctx, obs_space=gym.spaces.Dict(spaces))
+        algo = cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
+                   total_steps=ctx.total_steps)
+        algo._attach(base)
+        return algo
+
+    def _attach(self, base: dict) -> None:
+        last = [m for m in self.pi.net.modules() if isinstance(m, nn.Linear)][-1]
+        with torch.no_grad():  # the residual's mean starts at exactly zero
+            last.weight.zero_()
+            last.bias.zero_()
+        self.combined = ResidualActor(base["spec"], policy_spec(self.pi), self.cfg.scale, self.cfg.limit)
+        self.combined.base.load_state_dict(base["state"])
+        self.combined.residual = self.pi  # one module: what PPO trains is what the combined policy runs
+        self.combined.to(self.device)
+
+    def _augment(self, obs: Obs) -> tuple[Obs, torch.Tensor]:
+        b = self.combined.base_action(obs["policy"])
+        out = {**obs, "policy": torch.cat([obs["policy"], b], -1)}
+        out.setdefault("critic", obs["policy"])
+        return out, b
+
+    @torch.no_grad()
+    def act(self, obs: Obs):
+        aug, b = self._augment(obs)
+        r, extras = super().act(aug)
+        return self.combined.combine(b, r), {**extras, "residual": r, "base": b}
+
+    @torch.no_grad()
+    def observe(self, tr: Transition) -> None:
+        aug, _ = self._augment(tr.obs)
+        next_aug, _ = self._augment(tr.next_obs)
+        super().observe(dataclasses.replace(tr, obs=aug, next_obs=next_aug, action=tr.extras["residual"]))
+
+    def actor(self) -> nn.Module:
+        return self.combined
+
+
+ALGOS.register("residual-ppo", ResidualPPO)

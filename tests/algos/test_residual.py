@@ -1,0 +1,68 @@
+"""Residual RL over a frozen base (issue 12): at initialization the combined policy acts exactly as the base; the
+residual improves a weak base; the base never trains; a base that does not fit the task is a one-line error."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import embodied
+from embodied.config import load_config
+from embodied.core.errors import UserError
+from embodied.train import train
+
+QUIET = ["log.progress=false", "log.tensorboard=false"]
+
+
+def _floor(name: str) -> float:
+    spec = importlib.util.spec_from_file_location("floors", Path(__file__).parents[1] / "floors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FLOORS[name]
+
+
+@pytest.fixture(scope="module")
+def weak_base(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("base") / "ppo"
+    train(load_config("target", None, [*QUIET, "total_steps=320", "ppo.lr=3e-4", "log.eval_every=0"]), run)
+    return run
+
+
+def test_residual_at_initialization_is_the_base_exactly(weak_base, tmp_path):
+    from embodied.algos.base import BuildContext
+    from embodied.algos.residual_ppo import ResidualPPO, ResidualPPOConfig
+    from embodied.config import PolicyConfig
+
+    env = embodied.make_env("target", num_envs=64, seed=3)
+    obs, _ = env.reset(seed=3)
+    ctx = BuildContext(env.single_observation_space, env.single_action_space, 64, torch.device("cpu"), 0, 1000,
+                       PolicyConfig(), base=str(weak_base))
+    algo = ResidualPPO.build(ResidualPPOConfig(), ctx)
+    base = embodied.load_policy(weak_base)
+    assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
+    action, extras = algo.act(obs)  # exploration: base + the sampled residual, within the limit
+    assert float((action - extras["base"]).abs().max()) <= algo.cfg.limit + 1e-6
+    assert not any(p.requires_grad for p in algo.combined.base.parameters())
+
+
+def test_residual_ppo_improves_a_weak_base(weak_base, tmp_path):
+    base_before = {k: v.clone() for k, v in embodied.load_policy(weak_base).state_dict().items()}
+    cfg = load_config("target", None, [*QUIET, "algo=residual-ppo", f"base={weak_base}", "total_steps=8000",
+                                       "residual-ppo.scale=0.3", "residual-ppo.limit=0.3", "log.eval_every=0"])
+    run, summary = train(cfg, tmp_path / "residual")
+    assert summary["eval/return"] >= _floor("residual_ppo_target"), summary
+    combined = embodied.load_policy(run)  # base and residual as one policy
+    base_after = {k.removeprefix("actor.base."): v for k, v in combined.state_dict().items()
+                  if k.startswith("actor.base.")}
+    assert all(torch.equal(base_after[k.removeprefix("actor.")], v) for k, v in base_before.items())
+
+
+def test_a_base_that_does_not_fit_is_a_user_error(weak_base, tmp_path):
+    with pytest.raises(UserError, match="reads"):
+        train(load_config("pendulum", None, [*QUIET, "algo=residual-ppo", f"base={weak_base}", "total_steps=64"]),
+              tmp_path / "a")
+    with pytest.raises(UserError, match="base=RUN_DIR"):
+        train(load_config("target", None, [*QUIET, "algo=residual-ppo", "total_steps=64"]), tmp_path / "b")
