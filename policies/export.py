@@ -92,6 +92,8 @@ def _net_ops(net: nn.Module) -> list[Op]:
 def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
     ops: list[Op] = []
+    if not hasattr(actor, "normalizer"):  # a composite actor (a residual over a base): not a flat program yet
+        raise UserError(f"export has no program for a {type(actor).__name__} policy yet")
     norm = actor.normalizer
     if isinstance(norm, EmpiricalNormalizer):
         ops.append(Op("normalize", {"mean": _np(norm.mean), "std": _np(torch.sqrt(norm.var + norm.eps))},
