@@ -77,6 +77,7 @@ class _Emitter:
         self.decls: list[str] = []
         self.body: list[str] = []
         self.dims = [obs_dim]
+        self.saved: list[tuple[str, int]] = []  # buffers of the save op: (name, length)
 
     def const(self, name: str, ctype: str, a: np.ndarray) -> None:
         init = _floats(a) if ctype == "float" else _ints(a)
@@ -107,6 +108,21 @@ class _Emitter:
         elif op.kind == "slice":
             s0 = int(op.attrs["start"])
             b.append(f"for (i = 0; i < {out}; ++i) {y}[i] = {x}[i + {s0}];")
+        elif op.kind == "save":  # a composite policy keeps a value for later ops (saved[k])
+            name = f"saved{len(self.saved)}"
+            self.decls.append(f"static float {name}[{n}];")
+            self.saved.append((name, n))
+            b.append(f"for (i = 0; i < {n}; ++i) {{ {name}[i] = {x}[i]; {y}[i] = {x}[i]; }}")
+        elif op.kind == "concat_saved":
+            name, m = self.saved[int(op.attrs["index"])]
+            b.append(f"for (i = 0; i < {n}; ++i) {y}[{m} + i] = {x}[i];\n"
+                     f"for (i = 0; i < {m}; ++i) {y}[i] = {name}[i];")
+        elif op.kind == "residual_add":
+            name, _ = self.saved[int(op.attrs["index"])]
+            s, lim = float(op.attrs["scale"]), float(op.attrs["limit"])
+            b.append(f"for (i = 0; i < {n}; ++i) {{ float r = {flit(s)} * {x}[i]; "
+                     f"r = r < -{flit(lim)} ? -{flit(lim)} : (r > {flit(lim)} ? {flit(lim)} : r); "
+                     f"float v = {name}[i] + r; {y}[i] = v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }}")
         elif op.kind == "group_lift":  # y[g c + j] = b[j] + sum_i W[j, i] (g x)[i], (g x)[i] = s[g, i] x[p[g, i]]
             G, (c, d) = a["p"].shape[0], a["W"].shape
             self.const(p + "WT", "float", a["W"].T)

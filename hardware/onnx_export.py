@@ -1,5 +1,6 @@
 """A folded policy program (``embodied.policies.export``) written as an ONNX graph of standard ops
-(Gemm, Relu, Tanh, Elu, Clip, Sub, Div, Slice), input ``obs [batch, obs_dim]``, output ``action``.
+(Gemm, Relu, Tanh, Elu, Clip, Sub, Div, Slice; Identity, Concat, Mul, Add for a residual over a base), input
+``obs [batch, obs_dim]``, output ``action``.
 Built with ``onnx.helper`` directly: the graph is exactly the program, with nothing a tracer adds."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
         return name
 
     dim = obs_dim
+    saved: list[str] = []  # tensors kept by save ops (a composite policy)
     for i, op in enumerate(ops):
         if op.kind.startswith("group_"):
             raise ValueError("fold() the program before writing ONNX")
@@ -69,6 +71,19 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
             nodes.append(helper.make_node("Slice", [x, const(f"s{i}", np.array([op.attrs["start"]], np.int64)),
                                                     const(f"e{i}", np.array([op.attrs["stop"]], np.int64)),
                                                     const(f"a{i}", np.array([1], np.int64))], [y]))
+        elif op.kind == "save":
+            saved.append(x)
+            nodes.append(helper.make_node("Identity", [x], [y]))
+        elif op.kind == "concat_saved":
+            nodes.append(helper.make_node("Concat", [saved[int(op.attrs["index"])], x], [y], axis=1))
+        elif op.kind == "residual_add":
+            lim = float(op.attrs["limit"])
+            nodes += [helper.make_node("Mul", [x, const(f"scale{i}", np.float32(op.attrs["scale"]))], [f"m{i}"]),
+                      helper.make_node("Clip", [f"m{i}", const(f"rlo{i}", np.float32(-lim)),
+                                                const(f"rhi{i}", np.float32(lim))], [f"r{i}"]),
+                      helper.make_node("Add", [saved[int(op.attrs["index"])], f"r{i}"], [f"s{i}"]),
+                      helper.make_node("Clip", [f"s{i}", const(f"lo{i}", np.float32(-1.0)),
+                                                const(f"hi{i}", np.float32(1.0))], [y])]
         else:
             raise ValueError(f"no ONNX op for {op.kind!r}")
         x, dim = y, op.out_dim(dim)

@@ -16,6 +16,9 @@ Ops, applied in order to a vector ``x``:
     image_features y = [relu(fc(flatten(relu(conv_2(relu(conv_1(relu(conv_0(img)))))))), x[:start], x[stop:]]
                    img = x[start:stop] as (C, H, W); conv_l: W{l} [out, in, k, k], b{l}, stride s{l}, no padding
                    (the CNN encoder of an image term, ``ImageSplit``)
+    save           y = x, and x kept as saved[k] (k counts the saves)   a composite policy (a residual over a base)
+    concat_saved   y = [saved[index], x]                                  (size: saved[index]'s length)
+    residual_add   y = clip(saved[index] + clip(scale x, -limit, limit), -1, 1)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from embodied.core.errors import UserError
 from embodied.policies.actor_critic import DeterministicActor, GaussianActor, ImageSplit, SquashedGaussianActor
 from embodied.policies.networks import GroupMLP
 from embodied.policies.normalizer import EmpiricalNormalizer
+from embodied.policies.residual import ResidualActor
 
 ACTIVATION_OPS = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.ELU: "elu"}
 
@@ -52,6 +56,8 @@ class Op:
             return int(self.attrs["stop"]) - int(self.attrs["start"])
         if self.kind == "image_features":
             return a["fcW"].shape[0] + in_dim - (int(self.attrs["stop"]) - int(self.attrs["start"]))
+        if self.kind == "concat_saved":
+            return int(self.attrs["size"]) + in_dim
         return in_dim
 
 
@@ -91,9 +97,12 @@ def _net_ops(net: nn.Module) -> list[Op]:
 
 def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
+    if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual
+        base, obs_dim = program(actor.base)
+        residual, _ = program(actor.residual)
+        return [Op("save"), *base, Op("save"), Op("concat_saved", attrs={"index": 0, "size": obs_dim}), *residual,
+                Op("residual_add", attrs={"index": 1, "scale": actor.scale, "limit": actor.limit})], obs_dim
     ops: list[Op] = []
-    if not hasattr(actor, "normalizer"):  # a composite actor (a residual over a base): not a flat program yet
-        raise UserError(f"export has no program for a {type(actor).__name__} policy yet")
     norm = actor.normalizer
     if isinstance(norm, EmpiricalNormalizer):
         ops.append(Op("normalize", {"mean": _np(norm.mean), "std": _np(torch.sqrt(norm.var + norm.eps))},
@@ -174,8 +183,16 @@ class ProgramModule(nn.Module):
         self.attrs = [dict(op.attrs) for op in ops]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        saved: list[torch.Tensor] = []
         for (kind, name), attrs in zip(self.steps, self.attrs):
-            if kind == "dense":
+            if kind == "save":
+                saved.append(x)
+            elif kind == "concat_saved":
+                x = torch.cat([saved[int(attrs["index"])], x], -1)
+            elif kind == "residual_add":
+                lim = attrs["limit"]
+                x = (saved[int(attrs["index"])] + (attrs["scale"] * x).clamp(-lim, lim)).clamp(-1.0, 1.0)
+            elif kind == "dense":
                 x = getattr(self, name)(x)
             elif kind == "normalize":
                 c = attrs["clip"]
@@ -207,9 +224,17 @@ class ProgramModule(nn.Module):
 def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:
     """Reference interpreter of a program (compact or folded) on ``[B, in]`` float64, for tests."""
     x = np.asarray(x, np.float64)
+    saved: list[np.ndarray] = []
     for op in ops:
         a, k = op.arrays, op.kind
-        if k == "normalize":
+        if k == "save":
+            saved.append(x)
+        elif k == "concat_saved":
+            x = np.concatenate([saved[int(op.attrs["index"])], x], 1)
+        elif k == "residual_add":
+            lim = op.attrs["limit"]
+            x = np.clip(saved[int(op.attrs["index"])] + np.clip(op.attrs["scale"] * x, -lim, lim), -1.0, 1.0)
+        elif k == "normalize":
             x = np.clip((x - a["mean"]) / a["std"], -op.attrs["clip"], op.attrs["clip"])
         elif k == "dense":
             x = x @ a["W"].T.astype(np.float64) + a["b"]

@@ -1,5 +1,6 @@
 """Residual RL over a frozen base (issue 12): at initialization the combined policy acts exactly as the base; the
-residual improves a weak base; the base never trains; a base that does not fit the task is a one-line error."""
+residual improves a weak base; the base never trains; base and residual export as one bundle with parity; a base
+that does not fit the task is a one-line error."""
 
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ def test_residual_ppo_improves_a_weak_base(weak_base, tmp_path):
     base_after = {k.removeprefix("actor.base."): v for k, v in combined.state_dict().items()
                   if k.startswith("actor.base.")}
     assert all(torch.equal(base_after[k.removeprefix("actor.")], v) for k, v in base_before.items())
+    # base and residual export as one bundle (ONNX and C), checked against torch like every export
+    from embodied.hardware.bundle import export_run
+
+    meta = export_run(run, None, "all", 256)
+    assert meta["parity"]["passed"] and meta["parity"]["c_vs_torch"] < 1e-5
 
 
 def test_a_base_that_does_not_fit_is_a_user_error(weak_base, tmp_path):
