@@ -110,6 +110,8 @@ def _cmd_eval(args) -> int:
     if args.episodes < 1:
         raise UserError("--episodes must be >= 1")
     result = evaluate_run(Path(args.run), episodes=args.episodes, video=args.video, seed=args.seed)
+    if "eval/success" in result:  # the headline for a person; stdout stays one JSON object
+        print(f"success {100 * result['eval/success']:.0f}% ({args.episodes} episodes)", file=sys.stderr)
     print(json.dumps(result))
     return 0
 
