@@ -5,15 +5,14 @@ rewards and autoreset included), against
 - ``mujoco.rollout`` on the same MJCF, open loop, the same substeps per control step on T threads: the ceiling
   (physics only: no controller, observation, reward or Python per step);
 - gymnasium-robotics ``FetchPickAndPlace-v4`` vectorized at the same N (best of gymnasium's sync and async
-  vector envs): the MuJoCo manipulation env a user would reach for today. gymnasium-robotics 1.4.2 does not run on
-  MuJoCo 4 (its ``set_joint_qpos`` compares joint types with MuJoCo 3's enums), so it runs in its own virtual
-  environment, ``--fetch-python`` (made with: ``python -m venv V && V/bin/pip install "mujoco>=3.2,<4"
-  gymnasium-robotics==1.4.2``), and is skipped without it.
+  vector envs), on the same MuJoCo: the MuJoCo manipulation env a user would reach for today. gymnasium-robotics
+  1.4.2 does not start on MuJoCo >= 3.17 (its joint setters compare ``model.jnt_type`` entries, numpy ints, with
+  ``mujoco.mjtJoint`` members, which no longer compare equal to ints); the benchmark gives its ``mujoco_utils``
+  the joint-type constants as ints, which touches its reset helpers only, not its step. It runs in a subprocess.
 
 Prints one JSON with the ratios (ours / Fetch in simulated s/s, ours / ceiling).
 
     python scripts/bench/bench_tabletop_step.py [--tasks pick-place peg-insert] [--sizes 16 64] [--threads 2]
-        [--fetch-python /work/venvs/fetch/bin/python]
 """
 
 from __future__ import annotations
@@ -32,8 +31,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _machine import emit, machine_info  # noqa: E402
 
 FETCH = r"""
-import json, sys, time
-import gymnasium as gym, gymnasium_robotics, numpy as np
+import json, sys, time, types
+import gymnasium as gym, gymnasium_robotics, mujoco, numpy as np
+import gymnasium_robotics.utils.mujoco_utils as mu
+
+class _Mujoco:  # mujoco with the joint-type constants as ints (see the docstring)
+    mjtJoint = types.SimpleNamespace(**{k: int(getattr(mujoco.mjtJoint, k))
+                                        for k in ("mjJNT_FREE", "mjJNT_BALL", "mjJNT_SLIDE", "mjJNT_HINGE")})
+    def __getattr__(self, k):
+        return getattr(mujoco, k)
+
+mu.mujoco = _Mujoco()
 gym.register_envs(gymnasium_robotics)
 n, seconds = int(sys.argv[1]), float(sys.argv[2])
 out = {}
@@ -100,10 +108,9 @@ def ceiling(task: str, n: int, threads: int, seconds: float) -> float:
         return _rate(call, n * steps, seconds)
 
 
-def fetch(python: str, n: int, seconds: float) -> dict | str:
-    if not python or not Path(python).exists():
-        return "skipped: no --fetch-python"
-    proc = subprocess.run([python, "-c", FETCH, str(n), str(seconds)], capture_output=True, text=True, timeout=900)
+def fetch(n: int, seconds: float) -> dict | str:
+    proc = subprocess.run([sys.executable, "-c", FETCH, str(n), str(seconds)], capture_output=True, text=True,
+                          timeout=900)
     if proc.returncode:
         return f"failed: {proc.stderr.strip().splitlines()[-1:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -115,13 +122,12 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="*", default=[16, 64])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--fetch-python", default="/work/venvs/fetch/bin/python")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
     for n in args.sizes:
-        peer = fetch(args.fetch_python, n, args.seconds)
+        peer = fetch(n, args.seconds)
         for task in args.tasks:
             rate, dt = ours(task, n, args.threads, args.seconds)
             ceil = ceiling(task, n, args.threads, args.seconds)
