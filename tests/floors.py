@@ -33,4 +33,6 @@ FLOORS: dict[str, float] = {
     # residual-ppo (scale = limit = 0.3) over a frozen PPO base trained 320 steps on target (which scores 6.54),
     # 8000 steps; seed 0 reached 8.16 (issue 12)
     "residual_ppo_target": 7.5,
+    # residual-sac over the same base, 4000 steps (warm-up 500); seed 0 reached 7.83 (issue 12)
+    "residual_sac_target": 7.3,
 }

@@ -32,16 +32,18 @@ def weak_base(tmp_path_factory) -> Path:
     return run
 
 
-def test_residual_at_initialization_is_the_base_exactly(weak_base, tmp_path):
+@pytest.mark.parametrize("algo", ["residual-ppo", "residual-sac"])
+def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
     from embodied.algos.base import BuildContext
-    from embodied.algos.residual_ppo import ResidualPPO, ResidualPPOConfig
     from embodied.config import PolicyConfig
+    from embodied.core.registry import ALGOS
 
     env = embodied.make_env("target", num_envs=64, seed=3)
     obs, _ = env.reset(seed=3)
     ctx = BuildContext(env.single_observation_space, env.single_action_space, 64, torch.device("cpu"), 0, 1000,
                        PolicyConfig(), base=str(weak_base))
-    algo = ResidualPPO.build(ResidualPPOConfig(), ctx)
+    cls = ALGOS.get(algo)
+    algo = cls.build(cls.config_cls(warmup_steps=0) if algo == "residual-sac" else cls.config_cls(), ctx)
     base = embodied.load_policy(weak_base)
     assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
     action, extras = algo.act(obs)  # exploration: base + the sampled residual, within the limit
@@ -49,12 +51,14 @@ def test_residual_at_initialization_is_the_base_exactly(weak_base, tmp_path):
     assert not any(p.requires_grad for p in algo.combined.base.parameters())
 
 
-def test_residual_ppo_improves_a_weak_base(weak_base, tmp_path):
+@pytest.mark.parametrize("algo, budget", [("residual-ppo", ["total_steps=8000"]),
+                                         ("residual-sac", ["total_steps=4000", "residual-sac.warmup_steps=500"])])
+def test_residual_improves_a_weak_base(weak_base, tmp_path, algo, budget):
     base_before = {k: v.clone() for k, v in embodied.load_policy(weak_base).state_dict().items()}
-    cfg = load_config("target", None, [*QUIET, "algo=residual-ppo", f"base={weak_base}", "total_steps=8000",
-                                       "residual-ppo.scale=0.3", "residual-ppo.limit=0.3", "log.eval_every=0"])
+    cfg = load_config("target", None, [*QUIET, f"algo={algo}", f"base={weak_base}", *budget, f"{algo}.scale=0.3",
+                                       f"{algo}.limit=0.3", "log.eval_every=0"])
     run, summary = train(cfg, tmp_path / "residual")
-    assert summary["eval/return"] >= _floor("residual_ppo_target"), summary
+    assert summary["eval/return"] >= _floor(f"{algo.replace('-', '_')}_target"), summary
     combined = embodied.load_policy(run)  # base and residual as one policy
     base_after = {k.removeprefix("actor.base."): v for k, v in combined.state_dict().items()
                   if k.startswith("actor.base.")}

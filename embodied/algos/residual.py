@@ -1,9 +1,12 @@
-"""residual-ppo: PPO on a residual over a frozen base policy (``base=RUN_DIR``, any run whose checkpoint holds a
-policy: BC, PPO, SAC...). ResiP's settings: the residual is a Gaussian policy on ``[obs, base action]`` whose
-mean layer starts at zero, scaled by ``scale`` (0.1) in normalized action units and bounded by ``limit``; so the
-deterministic combined policy acts exactly as the base at step 0. PPO's rollout stores the residual as the action
-and ``[obs, base action]`` as the observation; the env receives the combined action. ``actor()`` is the combined
-policy (``ResidualActor``): evaluation, ``load_policy`` and checkpoints see base and residual as one."""
+"""residual-ppo and residual-sac: a learner of a residual over a frozen base policy (``base=RUN_DIR``, any run whose
+checkpoint holds a policy: BC, PPO, SAC...). ResiP's settings: the residual is a policy on ``[obs, base action]``
+whose mean starts at exactly zero, scaled by ``scale`` (0.1) in normalized action units and bounded by ``limit``;
+so the deterministic combined policy acts exactly as the base at step 0.
+
+The learner sees the MDP of ``([obs, base action], residual)`` (the base action is a function of the observation,
+so this is the task's MDP seen through the base): its rollouts or replay store the residual as the action; the env
+receives the combined action. ``actor()`` is the combined policy (``ResidualActor``): evaluation, ``load_policy``,
+checkpoints and export see base and residual as one. One mixin, ``Residual``, over the unchanged PPO and SAC."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied.algos.base import BuildContext, Obs, Transition
+from embodied.algos.base import BuildContext, Obs, Transition, split_act
 from embodied.algos.ppo import PPO, PPOConfig
+from embodied.algos.sac import SAC, SACConfig
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import ResidualActor, policy_spec
@@ -27,6 +31,12 @@ class ResidualPPOConfig(PPOConfig):
     scale: float = 0.1  # residual units per normalized action unit (ResiP's action_scale)
     limit: float = 0.1  # the added residual's bound per action dimension, in normalized action units
     init_log_std: float = -1.0  # ResiP's run script
+
+
+@dataclass
+class ResidualSACConfig(SACConfig):
+    scale: float = 0.1
+    limit: float = 0.1
 
 
 def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
@@ -47,35 +57,35 @@ def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
     return {"spec": spec, "state": state}
 
 
-class ResidualPPO(PPO):
-    config_cls = ResidualPPOConfig
+class Residual:
+    """What residual-ppo and residual-sac add to their learner (listed first among the bases)."""
 
     @classmethod
-    def build(cls, cfg: ResidualPPOConfig, ctx: BuildContext) -> ResidualPPO:
+    def build(cls, cfg, ctx: BuildContext):
         if not isinstance(ctx.action_space, gym.spaces.Box) or ctx.image("policy") is not None:
-            raise UserError("residual-ppo needs continuous actions and state observations")
+            raise UserError(f"{cls.name} needs continuous actions and state observations")
+        if ctx.policy.symmetrize:
+            raise UserError(f"{cls.name}: the residual's input holds the base action; policy.symmetrize=false")
         if not (cfg.scale > 0 and cfg.limit > 0):
-            raise UserError(f"residual-ppo: scale and limit must be > 0, got {cfg.scale}, {cfg.limit}")
+            raise UserError(f"{cls.name}: scale and limit must be > 0, got {cfg.scale}, {cfg.limit}")
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         base = load_base(ctx.base, obs_dim, act_dim)
         spaces = dict(ctx.obs_space.spaces)
         spaces["policy"] = gym.spaces.Box(-np.inf, np.inf, (obs_dim + act_dim,), np.float32)
-        if "critic" not in spaces:  # the critic reads what the actor reads
+        if "critic" not in spaces:  # the critic reads the task's observation
             spaces["critic"] = ctx.obs_space["policy"]
-        ctx = dataclasses.replace(ctx, obs_space=gym.spaces.Dict(spaces))
-        algo = cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
-                   total_steps=ctx.total_steps)
-        algo._attach(base)
+        algo = super().build(cfg, dataclasses.replace(ctx, obs_space=gym.spaces.Dict(spaces)))
+        algo._attach(base, act_dim)
         return algo
 
-    def _attach(self, base: dict) -> None:
+    def _attach(self, base: dict, act_dim: int) -> None:
         last = [m for m in self.pi.net.modules() if isinstance(m, nn.Linear)][-1]
-        with torch.no_grad():  # the residual's mean starts at exactly zero
-            last.weight.zero_()
-            last.bias.zero_()
+        with torch.no_grad():  # the residual's mean starts at exactly zero (a squashed actor's log-std rows stay)
+            last.weight[:act_dim].zero_()
+            last.bias[:act_dim].zero_()
         self.combined = ResidualActor(base["spec"], policy_spec(self.pi), self.cfg.scale, self.cfg.limit)
         self.combined.base.load_state_dict(base["state"])
-        self.combined.residual = self.pi  # one module: what PPO trains is what the combined policy runs
+        self.combined.residual = self.pi  # one module: what the learner trains is what the combined policy runs
         self.combined.to(self.device)
 
     def _augment(self, obs: Obs) -> tuple[Obs, torch.Tensor]:
@@ -87,7 +97,7 @@ class ResidualPPO(PPO):
     @torch.no_grad()
     def act(self, obs: Obs):
         aug, b = self._augment(obs)
-        r, extras = super().act(aug)
+        r, extras = split_act(super().act(aug))
         return self.combined.combine(b, r), {**extras, "residual": r, "base": b}
 
     @torch.no_grad()
@@ -100,4 +110,13 @@ class ResidualPPO(PPO):
         return self.combined
 
 
+class ResidualPPO(Residual, PPO):
+    name, config_cls = "residual-ppo", ResidualPPOConfig
+
+
+class ResidualSAC(Residual, SAC):
+    name, config_cls = "residual-sac", ResidualSACConfig
+
+
 ALGOS.register("residual-ppo", ResidualPPO)
+ALGOS.register("residual-sac", ResidualSAC)
