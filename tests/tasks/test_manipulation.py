@@ -165,3 +165,17 @@ def test_bc_learns_reach_from_demonstrations(tmp_path):
                                       "log.tensorboard=false"])
     _, summary = train(cfg, tmp_path / "run")
     assert summary["eval/success"] >= floors.FLOORS["bc_reach_success"], summary
+
+
+def test_an_object_off_the_table_ends_the_episode_as_a_failure():
+    import embodied
+
+    env = embodied.make_env("push-to-goal", num_envs=2, seed=0)
+    env.reset(seed=0)
+    _place(env, 0, (-0.4, 0.0, 0.1))  # behind the robot, past the table's edge: it falls
+    for _ in range(10):
+        _, reward, term, _, info = env.step(OPEN.expand(2, -1))
+        if bool(term[0]):
+            break
+    assert bool(term[0]) and info["final_info"]["success"][0] == 0.0 and float(reward[0]) < -5.0
+    assert not bool(term[1])

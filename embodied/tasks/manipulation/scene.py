@@ -14,7 +14,8 @@ model compiles from a string in any working directory. Changes to the robot, all
   control period, these cover it (force limits unchanged);
 - the base link does not collide with the table it stands on.
 
-World frame: the table top is the plane z = 0, the robot base at the origin, x points away from the robot.
+World frame: the table top is the plane z = 0 (the floor 0.8 m below), the robot base at the origin, x points
+away from the robot.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def build_mjcf(spec: SceneSpec) -> str:
   <worldbody>
     <light pos="0.5 0 1.5" dir="0 0 -1" diffuse="0.8 0.8 0.8"/>
     <camera name="front" pos="1.4 0 0.6" xyaxes="0 1 0 -0.35 0 1"/>
+    <geom name="floor" type="plane" pos="0 0 -0.8" size="3 3 0.1" rgba="0.3 0.3 0.3 1"/>
     <body name="table" pos="0.45 0 -0.025">
       <geom name="table" type="box" size="{tx:g} {ty:g} 0.025" rgba="0.55 0.45 0.35 1" contype="1" conaffinity="1"/>
     </body>

@@ -5,8 +5,9 @@ Observations (``policy``): the grip point's position and rotation (the first two
 finger opening, then per task the object's position and rotation, the object relative to the grip point, the
 goal, and the goal relative to the object (or to the grip point, in ``reach``). ``critic`` adds the privileged
 state: the arm's joint positions and velocities, the object's velocity and its randomized friction and mass
-factors. An episode ends when the task's success predicate holds (``final_info["success"]`` = 1) or at the time
-limit. Object poses, friction and mass are drawn at every reset."""
+factors. An episode ends when the task's success predicate holds (``final_info["success"]`` = 1), when the
+object falls off the table (a failure, penalized like the success is paid), or at the time limit. Object poses,
+friction and mass are drawn at every reset."""
 
 from __future__ import annotations
 
@@ -194,7 +195,13 @@ class TabletopEnv(ManagedVecEnv):
         terms["success"] = self.cfg.success_bonus * success.to(F64)
         self.succeeded = success.clone()  # reset clears it in place; the returned flags must stay
         metrics = {"success_rate": success.to(F64)}
-        return StepTerms(terms, success, metrics)
+        ended = success
+        if self.object_name is not None:  # the object off the table: the episode fails there
+            dropped = self.xpos[:, self.obj_body, 2] < -0.05
+            terms["dropped"] = -self.cfg.success_bonus * dropped.to(F64)
+            metrics["dropped"] = dropped.to(F64)
+            ended = success | dropped
+        return StepTerms(terms, ended, metrics)
 
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"success": self.succeeded.float()}
