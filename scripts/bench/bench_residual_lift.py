@@ -1,0 +1,113 @@
+"""Residual lift on the tabletop (issue 12): per task and seed, at equal env steps,
+
+- ``bc``: ``embodied collect-demos --episodes 50`` (default noise), then ``embodied train algo=bc data=DEMOS``
+  (BC's defaults, ``--bc-steps`` gradient steps);
+- ``residual``: ``embodied train algo=residual-ppo base=BC_RUN`` for ``--steps`` env steps;
+- ``scratch``: ``embodied train algo=ppo`` for the same env steps;
+
+each scored by ``embodied eval --run R --episodes 100`` (success rate). The issue's goal: residual >= BC + 25 points
+and >= 90% on pick-place, above scratch on both; demos + BC + residual within 30 minutes on 2 cores (reported as
+``pipeline_wall_s``, from the first command's start). Resumable: one JSON per (task, variant, seed) under
+``--out``; finished ones are skipped. Not yet: the residual over BC's exported bundle (``base=`` a bundle).
+
+    python scripts/bench/bench_residual_lift.py [--tasks pick-place peg-insert] [--seeds 0 1 2] [--steps 300000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import emit, machine_info  # noqa: E402
+
+COMMON = ["log.progress=false", "log.eval_every=0", "log.checkpoint_every=0", "torch_threads=2"]
+RL = ["num_envs=16"]  # the same env count for residual and scratch
+
+
+def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def _train(task: str, run_dir: Path, args: list[str], timeout_s: float) -> tuple[dict, float]:
+    if run_dir.exists():  # a run stopped before its JSON was written starts afresh
+        shutil.rmtree(run_dir)
+    return _run(["embodied", "train", "--task", task, "--run-dir", str(run_dir), *args, *COMMON], timeout_s)
+
+
+def _eval(run_dir: Path, timeout_s: float) -> float:
+    out, _ = _run(["embodied", "eval", "--run", str(run_dir), "--episodes", "100"], timeout_s)
+    return out["eval/success"]
+
+
+def main() -> None:
+    from embodied.provenance import code_commit
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", nargs="*", default=["pick-place", "peg-insert"])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    ap.add_argument("--variants", nargs="*", default=["bc", "residual", "scratch"])
+    ap.add_argument("--steps", type=int, default=300_000, help="env steps of residual and scratch")
+    ap.add_argument("--bc-steps", type=int, default=5000, help="BC gradient steps")
+    ap.add_argument("--timeout-s", type=float, default=3600.0)
+    ap.add_argument("--out", default="bench_results/residual_lift")
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    for task in args.tasks:
+        for seed in args.seeds:
+            tag = f"{task}_seed{seed}"
+            for variant in [v for v in ("bc", "residual", "scratch") if v in args.variants]:
+                path = out / f"{variant}_{tag}.json"
+                if path.exists():
+                    continue
+                print(f"running {variant} {tag}", file=sys.stderr, flush=True)
+                row = {"task": task, "seed": seed, "variant": variant, "commit": code_commit()}
+                run_dir = out / "runs" / f"{variant}_{tag}"
+                if variant == "bc":
+                    demos = out / "runs" / f"demos_{tag}"
+                    shutil.rmtree(demos, ignore_errors=True)
+                    summary, demo_wall = _run(["embodied", "collect-demos", "--task", task, "--episodes", "50",
+                                               "--seed", str(seed), "--out", str(demos)], args.timeout_s)
+                    _, wall = _train(task, run_dir, ["algo=bc", f"data={demos}", f"seed={seed}",
+                                                     f"total_steps={args.bc_steps}"], args.timeout_s)
+                    row.update(demos=summary, demos_wall_s=round(demo_wall, 1), train_wall_s=round(wall, 1))
+                else:
+                    bc = out / f"bc_{tag}.json"
+                    if variant == "residual" and not bc.exists():
+                        print(f"skipping residual {tag}: no bc run yet", file=sys.stderr)
+                        continue
+                    algo = ["algo=residual-ppo", f"base={out / 'runs' / f'bc_{tag}'}"] if variant == "residual" \
+                        else ["algo=ppo"]
+                    _, wall = _train(task, run_dir, [*algo, f"seed={seed}", f"total_steps={args.steps}", *RL],
+                                     args.timeout_s)
+                    row.update(env_steps=args.steps, train_wall_s=round(wall, 1))
+                row["success"] = _eval(run_dir, args.timeout_s)
+                path.write_text(json.dumps(row, indent=1))
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*_seed*.json"))]
+    table = {}
+    for r in rows:
+        table.setdefault(r["task"], {}).setdefault(r["variant"], []).append(r["success"])
+    pipeline = {}
+    for task in args.tasks:
+        for seed in args.seeds:
+            files = [out / f"{v}_{task}_seed{seed}.json" for v in ("bc", "residual")]
+            if all(f.exists() for f in files):
+                bc, res = (json.loads(f.read_text()) for f in files)
+                pipeline[f"{task}_seed{seed}"] = round(bc["demos_wall_s"] + bc["train_wall_s"] + res["train_wall_s"], 1)
+    emit({"bench": "residual_lift", "machine": machine_info(), "success": table, "pipeline_wall_s": pipeline,
+          "runs": rows}, None)
+
+
+if __name__ == "__main__":
+    main()
