@@ -28,3 +28,17 @@ def emit(result: dict, out: str | None) -> None:
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)
+
+
+def rate(step, n: int, seconds: float) -> float:
+    """Items per second of ``step()`` (one call handles ``n``: a batched env step, a rollout), after a warm-up of
+    three calls, over at least ``seconds`` and five calls."""
+    import time
+
+    for _ in range(3):
+        step()
+    calls, t0 = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - t0) < seconds or calls < 5:
+        step()
+        calls += 1
+    return calls * n / elapsed

@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import gymnasium as gym
 import mujoco
 import numpy as np
 import torch
 from _machine import machine_info  # scripts/bench is on sys.path when a bench runs
+from _machine import rate as _rate
 
 import embodied
 from embodied.tasks.locomotion.mujoco_v5 import TASKS_V5
-
-
-def _rate(step, n: int, seconds: float) -> float:
-    """env-steps/s of ``step()`` (one batched step of ``n`` envs), after a warm-up."""
-    for _ in range(3):
-        step()
-    calls, t0 = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - t0) < seconds or calls < 5:
-        step()
-        calls += 1
-    return calls * n / elapsed
 
 
 def ours(task: str, n: int, threads: int, seconds: float) -> float:

@@ -21,7 +21,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +28,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import emit, machine_info  # noqa: E402
+from _machine import rate as _rate  # noqa: E402
 
 FETCH = r"""
-import json, sys, time, types
+import json, sys, types
 import gymnasium as gym, gymnasium_robotics, mujoco, numpy as np
 import gymnasium_robotics.utils.mujoco_utils as mu
+sys.path.insert(0, sys.argv[3])
+from _machine import rate
 
 class _Mujoco:  # mujoco with the joint-type constants as ints (see the docstring)
     mjtJoint = types.SimpleNamespace(**{k: int(getattr(mujoco.mjtJoint, k))
@@ -50,28 +52,12 @@ for mode in ("sync", "async"):
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     act = lambda: rng.uniform(-1, 1, (n, 4)).astype(np.float32)
-    for _ in range(3):
-        env.step(act())
-    calls, t0 = 0, time.perf_counter()
-    while (el := time.perf_counter() - t0) < seconds or calls < 5:
-        env.step(act())
-        calls += 1
-    out[mode] = calls * n / el
+    out[mode] = rate(lambda: env.step(act()), n, seconds)
     dt = env.get_attr("dt")[0] if hasattr(env, "get_attr") else env.unwrapped.dt
     env.close()
 out["dt"] = float(dt)
 print(json.dumps(out))
 """
-
-
-def _rate(step, n: int, seconds: float) -> float:
-    for _ in range(3):
-        step()
-    calls, t0 = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - t0) < seconds or calls < 5:
-        step()
-        calls += 1
-    return calls * n / elapsed
 
 
 def ours(task: str, n: int, threads: int, seconds: float) -> tuple[float, float]:
@@ -109,8 +95,8 @@ def ceiling(task: str, n: int, threads: int, seconds: float) -> float:
 
 
 def fetch(n: int, seconds: float) -> dict | str:
-    proc = subprocess.run([sys.executable, "-c", FETCH, str(n), str(seconds)], capture_output=True, text=True,
-                          timeout=900)
+    proc = subprocess.run([sys.executable, "-c", FETCH, str(n), str(seconds), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=900)
     if proc.returncode:
         return f"failed: {proc.stderr.strip().splitlines()[-1:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
