@@ -103,3 +103,40 @@ def _slice(nodes: list, const, src: str, name: str, start: int, stop: int) -> st
                                             const(f"{name}e", np.array([stop], np.int64)),
                                             const(f"{name}a", np.array([1], np.int64))], [name]))
     return name
+
+
+def program_from_onnx(model: onnx.ModelProto) -> tuple[list[Op], int]:
+    """The program an ONNX graph of ``program_to_onnx``'s plain ops computes (Gemm, Relu, Tanh, Elu, Clip, the
+    Sub-Div-Clip of a normalizer, Slice), and its input size: how a bundle's policy becomes a torch module again
+    (a frozen base under a residual). Another graph is a ``UserError`` naming the op it cannot read."""
+    from embodied.core.errors import UserError
+
+    g = model.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    scalar = lambda name: float(np.asarray(consts[name]).reshape(-1)[0])  # noqa: E731
+    nodes, ops, i = list(g.node), [], 0
+    obs_dim = g.input[0].type.tensor_type.shape.dim[1].dim_value
+    while i < len(nodes):
+        n = nodes[i]
+        if n.op_type == "Gemm":
+            trans = next((a.i for a in n.attribute if a.name == "transB"), 0)
+            w = consts[n.input[1]]
+            ops.append(Op("dense", {"W": np.array(w if trans else w.T, np.float32),  # copies: writable arrays
+                                    "b": np.array(consts[n.input[2]], np.float32)}))
+        elif n.op_type in ("Relu", "Tanh", "Elu"):
+            ops.append(Op(n.op_type.lower()))
+        elif n.op_type == "Sub" and i + 2 < len(nodes) and [m.op_type for m in nodes[i + 1:i + 3]] == ["Div", "Clip"]:
+            clip = nodes[i + 2]
+            ops.append(Op("normalize", {"mean": np.array(consts[n.input[1]], np.float32),
+                                        "std": np.array(consts[nodes[i + 1].input[1]], np.float32)},
+                          {"clip": scalar(clip.input[2])}))
+            i += 2
+        elif n.op_type == "Clip":
+            ops.append(Op("clip", attrs={"lo": scalar(n.input[1]), "hi": scalar(n.input[2])}))
+        elif n.op_type == "Slice":
+            ops.append(Op("slice", attrs={"start": int(scalar(n.input[1])), "stop": int(scalar(n.input[2]))}))
+        else:
+            raise UserError(f"the policy's ONNX graph has a {n.op_type} node, which a residual's base cannot hold "
+                            "(bundles of MLP policies from embodied export can be)")
+        i += 1
+    return ops, int(obs_dim)

@@ -11,9 +11,11 @@ from embodied.policies.actor_critic import (
     policy_spec,
     update_normalizer,
 )
+from embodied.policies.export import ProgramPolicy
 from embodied.policies.normalizer import EmpiricalNormalizer
 from embodied.policies.residual import ResidualActor
 
-__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "ResidualActor",
+__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "ProgramPolicy",
+           "ResidualActor",
            "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec",
            "update_normalizer"]

@@ -30,7 +30,13 @@ import torch
 from torch import nn
 
 from embodied.core.errors import UserError
-from embodied.policies.actor_critic import DeterministicActor, GaussianActor, ImageSplit, SquashedGaussianActor
+from embodied.policies.actor_critic import (
+    POLICIES,
+    DeterministicActor,
+    GaussianActor,
+    ImageSplit,
+    SquashedGaussianActor,
+)
 from embodied.policies.networks import GroupMLP
 from embodied.policies.normalizer import EmpiricalNormalizer
 from embodied.policies.residual import ResidualActor
@@ -97,6 +103,8 @@ def _net_ops(net: nn.Module) -> list[Op]:
 
 def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
+    if isinstance(actor, ProgramPolicy):
+        return list(actor.ops), int(actor.init_kwargs["obs_dim"])
     if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual
         base, obs_dim = program(actor.base)
         residual, _ = program(actor.residual)
@@ -163,6 +171,7 @@ class ProgramModule(nn.Module):
 
     def __init__(self, ops: list[Op]):
         super().__init__()
+        self.ops = ops
         self.steps: list[tuple[str, str | None]] = []
         for i, op in enumerate(ops):
             name = f"op{i}"
@@ -219,6 +228,26 @@ class ProgramModule(nn.Module):
             else:
                 raise ValueError(f"unknown op {kind!r}")
         return x
+
+
+class ProgramPolicy(ProgramModule):
+    """A policy given only as its program (a deploy bundle's ONNX read back): ``act`` is the program; the
+    ``ops`` and ``obs_dim`` rebuild it (``policy_spec``), and export writes the program as it is."""
+
+    spec_name = "program"
+
+    def __init__(self, ops: list, obs_dim: int, act_dim: int):
+        ops = [op if isinstance(op, Op) else Op(**op) for op in ops]
+        super().__init__(ops)
+        self.init_kwargs = dict(ops=[{"kind": op.kind, "arrays": op.arrays, "attrs": op.attrs} for op in ops],
+                                obs_dim=int(obs_dim), act_dim=int(act_dim))
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)
+
+
+POLICIES.register("program", ProgramPolicy)
 
 
 def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:

@@ -40,17 +40,34 @@ class ResidualSACConfig(SACConfig):
 
 
 def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
-    """The policy spec and weights of the run at ``path``, checked against the task's dimensions."""
+    """The policy spec and weights of the run or deploy bundle at ``path``, checked against the task's dimensions.
+    A bundle's policy is its ONNX graph read back as a program (``ProgramPolicy``)."""
+    from pathlib import Path
+
     from embodied.checkpoint import load_checkpoint
 
     if not path:
-        raise UserError("a residual learner needs base=RUN_DIR: the frozen policy it corrects")
-    ckpt = load_checkpoint(path)
-    try:
-        spec, state = ckpt["policy"]["spec"], ckpt["policy"]["state"]
-        dims = spec["kwargs"]["obs_dim"], spec["kwargs"]["act_dim"]
-    except (KeyError, TypeError):
-        raise UserError(f"the checkpoint in {path} holds no policy a residual can wrap") from None
+        raise UserError("a residual learner needs base=RUN_DIR or base=BUNDLE: the frozen policy it corrects")
+    bundle = Path(path) if Path(path).name == "bundle.json" else Path(path) / "bundle.json"
+    if bundle.is_file():
+        import onnx
+
+        from embodied.hardware.bundle import read_bundle
+        from embodied.hardware.onnx_export import program_from_onnx
+        from embodied.policies import ProgramPolicy
+
+        meta = read_bundle(bundle)
+        ops, n_obs = program_from_onnx(onnx.load(str(meta["dir"] / "policy.onnx")))
+        policy = ProgramPolicy(ops, n_obs, int(meta["policy"]["act_dim"]))
+        spec, state = policy_spec(policy), policy.state_dict()
+        dims = n_obs, int(meta["policy"]["act_dim"])
+    else:
+        ckpt = load_checkpoint(path)
+        try:
+            spec, state = ckpt["policy"]["spec"], ckpt["policy"]["state"]
+            dims = spec["kwargs"]["obs_dim"], spec["kwargs"]["act_dim"]
+        except (KeyError, TypeError):
+            raise UserError(f"the checkpoint in {path} holds no policy a residual can wrap") from None
     if dims != (obs_dim, act_dim):
         raise UserError(f"the base policy at {path} reads {dims[0]} observation entries and acts on {dims[1]}; "
                         f"this task has {obs_dim} / {act_dim}")

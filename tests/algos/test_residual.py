@@ -76,3 +76,23 @@ def test_a_base_that_does_not_fit_is_a_user_error(weak_base, tmp_path):
               tmp_path / "a")
     with pytest.raises(UserError, match="base=RUN_DIR"):
         train(load_config("target", None, [*QUIET, "algo=residual-ppo", "total_steps=64"]), tmp_path / "b")
+
+
+def test_a_bundle_base_acts_as_its_onnx_and_trains(weak_base, tmp_path):
+    import numpy as np
+
+    from embodied.algos.residual import load_base
+    from embodied.hardware.bundle import export_run, load_bundle
+    from embodied.policies import build_policy
+
+    export_run(weak_base, tmp_path / "bundle", "onnx", 256)
+    env = embodied.make_env("target", num_envs=64, seed=5)
+    obs, _ = env.reset(seed=5)
+    base = load_base(str(tmp_path / "bundle"), obs["policy"].shape[1], env.single_action_space.shape[0])
+    program = build_policy(base["spec"])  # the bundle's ONNX read back as a program
+    onnx_runner = load_bundle(tmp_path / "bundle")
+    assert np.allclose(program.act(obs["policy"]).numpy(), onnx_runner.forward(obs["policy"].numpy()), atol=1e-6)
+    cfg = load_config("target", None, [*QUIET, "algo=residual-ppo", f"base={tmp_path / 'bundle'}", "total_steps=8000",
+                                       "residual-ppo.scale=0.3", "residual-ppo.limit=0.3", "log.eval_every=0"])
+    _, summary = train(cfg, tmp_path / "residual")
+    assert summary["eval/return"] >= _floor("residual_ppo_target"), summary
