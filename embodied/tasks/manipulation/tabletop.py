@@ -7,7 +7,8 @@ goal, and the goal relative to the object (or to the grip point, in ``reach``). 
 state: the arm's joint positions and velocities, the object's velocity and its randomized friction and mass
 factors. An episode ends when the task's success predicate holds (``final_info["success"]`` = 1), when the
 object falls off the table (a failure, penalized like the success is paid), or at the time limit. Object poses,
-friction and mass are drawn at every reset."""
+friction and mass are drawn at every reset; push-to-goal and pick-place also have two distractor cubes standing
+around the workspace (``distractors``, 0-4), which the observations leave out."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from embodied.core.base import ManagedVecEnv, Obs, StepTerms
+from embodied.core.errors import UserError
 from embodied.core.registry import TaskSpec, register_task
 from embodied.sim_backends.base import make_backend
 from embodied.tasks.manipulation.controller import DeltaPoseController
@@ -28,6 +30,10 @@ CUBE = 0.02  # [m] half edge of the cube
 PEG = (0.01, 0.01, 0.04)  # [m] half extents of the peg (2 x 2 x 8 cm)
 HOLE_CLEARANCE = 0.002  # [m] hole width minus peg width
 HOLE_DEPTH = 0.04  # [m] the fixture's height
+CLUTTER = 0.015  # [m] half edge of a distractor cube
+# where distractors stand (x, y centres [m], jittered at reset): the table's corners around the workspace
+CLUTTER_SLOTS = ((0.85, -0.40), (0.85, 0.40), (0.25, -0.40), (0.25, 0.40))
+CLUTTER_RGBA = ((0.95, 0.85, 0.1, 1.0), (0.6, 0.2, 0.8, 1.0), (0.1, 0.8, 0.8, 1.0), (0.95, 0.95, 0.95, 1.0))
 
 
 @dataclass
@@ -43,6 +49,8 @@ class TabletopConfig:
     goal_xy: list[float] = field(default_factory=lambda: [0.08, 0.12])  # [m] +- x, y range of the goal
     friction: list[float] = field(default_factory=lambda: [0.7, 1.3])  # factor range on the object's friction
     mass: list[float] = field(default_factory=lambda: [0.5, 1.5])  # factor range on the object's mass
+    distractors: int = 0  # coloured cubes (0-4) standing around the workspace, not part of the task
+    distractor_jitter: float = 0.03  # [m] +- x, y range around their slots
     success_bonus: float = 10.0  # reward on the step the task succeeds (the episode ends there)
     action_cost: float = 0.01  # per |action|^2
 
@@ -56,11 +64,13 @@ class ReachConfig(TabletopConfig):
 @dataclass
 class PushConfig(TabletopConfig):
     tolerance: float = 0.03  # [m] the cube's centre within this of the goal, in the table plane
+    distractors: int = 2
 
 
 @dataclass
 class PickPlaceConfig(TabletopConfig):
     episode_steps: int = 120
+    distractors: int = 2
 
 
 @dataclass
@@ -87,8 +97,13 @@ class TabletopEnv(ManagedVecEnv):
     def __init__(self, cfg: TabletopConfig, num_envs: int, device="cpu", seed: int = 0):
         super().__init__(num_envs, "cpu", seed, max_episode_steps=cfg.episode_steps)
         self.cfg = cfg
+        if not 0 <= cfg.distractors <= len(CLUTTER_SLOTS):
+            raise UserError(f"distractors must be in 0..{len(CLUTTER_SLOTS)}, got {cfg.distractors}")
         frame_skip = round(1.0 / (cfg.control_hz * TIMESTEP))
-        self.sim = make_backend("mujoco_cpu", build_mjcf(self.scene()), self.num_envs, "cpu", frame_skip=frame_skip,
+        spec = self.scene()
+        spec.objects += [Box(f"clutter{i}", (CLUTTER,) * 3, (*CLUTTER_SLOTS[i], CLUTTER), rgba=CLUTTER_RGBA[i],
+                             mass=0.03) for i in range(cfg.distractors)]
+        self.sim = make_backend("mujoco_cpu", build_mjcf(spec), self.num_envs, "cpu", frame_skip=frame_skip,
                                 num_threads=cfg.sim_threads)
         m = self.sim.model
         self.control_dt = self.sim.dt
@@ -111,6 +126,7 @@ class TabletopEnv(ManagedVecEnv):
             self.nominal_friction, self.nominal_mass = float(m.geom_friction[geom, 0]), float(m.body_mass[body.id])
             self.geom_friction, self.body_mass = self.sim.expand("geom_friction"), self.sim.expand("body_mass")
             self.factors = torch.ones(self.num_envs, 2, dtype=F64)  # friction, mass
+        self.clutter_qpos = [int(m.jnt_qposadr[m.body(f"clutter{i}").jntadr[0]]) for i in range(cfg.distractors)]
         self._marker = int(m.body("goal").mocapid[0]) if m.body("goal").mocapid[0] >= 0 else None
         self.mocap_pos = self.sim.t("mocap_pos")
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (7,), dtype=np.float32)
@@ -162,6 +178,11 @@ class TabletopEnv(ManagedVecEnv):
             self.geom_friction[env_ids, self.obj_geom, 0] = self.nominal_friction * self.factors[env_ids, 0]
             self.body_mass[env_ids, self.obj_body] = self.nominal_mass * self.factors[env_ids, 1]
             self.sim.batch.set_const(env_ids.numpy())
+        for i, a in enumerate(self.clutter_qpos):
+            yaw = self._uniform(k, [np.pi / 4])[:, 0]
+            qpos[:, a:a + 2] = torch.tensor(CLUTTER_SLOTS[i], dtype=F64) + self._uniform(k, [cfg.distractor_jitter] * 2)
+            qpos[:, a + 2] = CLUTTER
+            qpos[:, a + 3], qpos[:, a + 4:a + 6], qpos[:, a + 6] = torch.cos(yaw / 2), 0.0, torch.sin(yaw / 2)
         self.goal[env_ids] = self._sample_goal(k)
         if self._marker is not None:
             self.mocap_pos[env_ids, self._marker] = self.goal[env_ids]
