@@ -77,6 +77,7 @@ class MujocoBatch(SimBackend):
             self._cfrc_ext = np.zeros((self.num_envs, self.model.nbody, 6))
         self.batch.reset()
         self._renderer = None  # made on the first render_frame
+        self.render_camera: str | None = None  # a camera of the model to render through (None: a tracking one)
 
     # ---- views ----------------------------------------------------------------------------------
     def bind(self, name: str) -> np.ndarray:
@@ -158,7 +159,7 @@ class MujocoBatch(SimBackend):
         if self._renderer is None:
             from embodied.sim_backends.mujoco_cpu.render import WorldRenderer
 
-            self._renderer = WorldRenderer(self.model)
+            self._renderer = WorldRenderer(self.model, camera=self.render_camera)
         return self._renderer.render(self.bind("qpos")[env_idx], self.bind("qvel")[env_idx])
 
     def finite(self) -> torch.Tensor:

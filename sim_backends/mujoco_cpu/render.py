@@ -60,9 +60,11 @@ def _gl_context(width: int, height: int):
 
 
 class WorldRenderer:
-    """``render(qpos, qvel) -> uint8 [H, W, 3]``: the model in that state, seen by a tracking camera."""
+    """``render(qpos, qvel) -> uint8 [H, W, 3]``: the model in that state, seen by a tracking camera, or by the
+    model's own camera named ``camera``."""
 
-    def __init__(self, model: mujoco.MjModel, width: int = 480, height: int = 480, distance: float = 4.0):
+    def __init__(self, model: mujoco.MjModel, width: int = 480, height: int = 480, distance: float = 4.0,
+                 camera: str | None = None):
         self.model = model
         width, height = min(width, model.vis.global_.offwidth), min(height, model.vis.global_.offheight)
         self.ctx = _gl_context(width, height)
@@ -75,6 +77,9 @@ class WorldRenderer:
         self.camera.trackbodyid = 1 if model.nbody > 1 else 0
         self.camera.distance = distance  # [m]; gymnasium's v5 locomotion cameras sit 3-4 m away
         self.camera.elevation = -20.0
+        if camera is not None:
+            self.camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
+            self.camera.fixedcamid = model.camera(camera).id
         self.context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self.context)
         self.viewport = mujoco.MjrRect(0, 0, width, height)

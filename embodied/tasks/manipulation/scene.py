@@ -124,7 +124,7 @@ def build_mjcf(spec: SceneSpec) -> str:
   <visual><global offwidth="640" offheight="480"/></visual>
   <worldbody>
     <light pos="0.5 0 1.5" dir="0 0 -1" diffuse="0.8 0.8 0.8"/>
-    <camera name="front" pos="1.4 0 0.6" xyaxes="0 1 0 -0.35 0 1"/>
+    <camera name="front" pos="1.9 0 0.9" xyaxes="0 1 0 -0.45 0 1"/>
     <geom name="floor" type="plane" pos="0 0 -0.8" size="3 3 0.1" rgba="0.3 0.3 0.3 1"/>
     <body name="table" pos="0.45 0 -0.025">
       <geom name="table" type="box" size="{tx:g} {ty:g} 0.025" rgba="0.55 0.45 0.35 1" contype="1" conaffinity="1"/>

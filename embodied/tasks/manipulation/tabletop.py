@@ -107,6 +107,7 @@ class TabletopEnv(ManagedVecEnv):
                                 num_threads=cfg.sim_threads)
         m = self.sim.model
         self.control_dt = self.sim.dt
+        self.sim.render_camera = "front"  # facing the robot across the table
         self.controller = DeltaPoseController(self.sim, cfg.max_translation, cfg.max_rotation)
         self.xpos, self.xmat = self.sim.t("xpos"), self.sim.t("xmat")
         self.home = torch.zeros(m.nq, dtype=F64)
