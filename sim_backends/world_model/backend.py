@@ -55,9 +55,10 @@ class WorldModelSim(SampledBackend):
         self.reward = torch.zeros(num_envs, device=self.device)
         self.p_terminal = torch.zeros(num_envs, device=self.device)
         self.disagreement = torch.zeros(num_envs, device=self.device)
+        self.disagreement_dims: torch.Tensor | None = None  # the state entries disagreement is measured on (all)
 
     def step(self, controls: torch.Tensor) -> None:
-        out = self.network.predict(self.x, controls, self.generator, self.deterministic)
+        out = self.network.predict(self.x, controls, self.generator, self.deterministic, self.disagreement_dims)
         self.x = out["next_state"]
         self.reward, self.p_terminal, self.disagreement = out["reward"], out["p_terminal"], out["disagreement"]
 

@@ -85,11 +85,11 @@ class ProbabilisticEnsemble(nn.Module):
 
     @torch.no_grad()
     def predict(self, state: torch.Tensor, action: torch.Tensor, generator: torch.Generator | None = None,
-                deterministic: bool = False) -> dict[str, torch.Tensor]:
+                deterministic: bool = False, dims: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One step for every row of ``state [N, S]``, ``action [N, A]``: a random elite per row draws
         ``next_state [N, S]`` and ``reward [N]`` (its mean with ``deterministic``); ``p_terminal [N]`` is the
         elites' mean termination probability, ``disagreement [N]`` the largest per-dimension std of the elites'
-        standardized means."""
+        standardized means (over the state entries ``dims``, or all)."""
         n = state.shape[0]
         x = torch.cat([state, action], 1).expand(self.members, n, -1)
         mean, logvar, term = self(x)
@@ -103,6 +103,8 @@ class ProbabilisticEnsemble(nn.Module):
             out = out + torch.exp(0.5 * logvar[pick, rows]) * noise
         out = out * self.out_std + self.out_mean
         spread = mean[..., :self.state_dim].std(0, unbiased=False) if e.numel() > 1 else mean[0, :, :self.state_dim] * 0
+        if dims is not None:
+            spread = spread[:, dims]
         return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
                 "p_terminal": torch.sigmoid(term).mean(0), "disagreement": spread.amax(1)}
 

@@ -347,3 +347,22 @@ def test_faulted_real_rows_are_not_fitted():
     assert im.store.size == 11 and im.num_faulted == 1
     assert torch.isfinite(im.store.storage[:11]).all()
     assert im.store.get("initial").flatten().tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0]
+
+
+def test_action_history_terms_are_kept_exactly_not_predicted():
+    from embodied.tasks.world_model.env import WorldModelEnv
+
+    real = embodied.make_env("quadrotor-hover", num_envs=4, seed=0)
+    obs, _ = real.reset(seed=0)
+    starts = torch.cat([obs[k] for k in real.single_observation_space.spaces], 1)  # the model's group order
+    network = ProbabilisticEnsemble(starts.shape[1], 4, EnsembleConfig(members=2, elites=2, hidden=[16]))
+    cfg = load_config("wm:quadrotor-hover", None, ["env.max_disagreement=null"]).env
+    env = WorldModelEnv(cfg, 4, "cpu", seed=0, task="quadrotor-hover", world=(network, {"task": "quadrotor-hover"}))
+    env.set_starts(starts, starts)
+    before, _ = env.reset(seed=0)
+    action = torch.tensor([[0.5, -2.0, 0.1, 1.0]]).expand(4, -1)  # -2 is held at the bound, as the task holds it
+    _, _, _, _, info = env.step(action)
+    history = slice(18, 82)  # pos, rot, lin vel, ang vel (18), then 16 past actions of 4
+    expected = torch.cat([before["policy"][:, history][:, 4:], action.clamp(-1.0, 1.0)], 1)
+    assert torch.equal(info["final_obs"]["policy"][:, history], expected)
+    assert env.sim.disagreement_dims.numel() == starts.shape[1] - 64  # the history is left out of it

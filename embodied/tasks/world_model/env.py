@@ -101,6 +101,21 @@ class WorldModelEnv(ManagedVecEnv):
         self._act_high = torch.as_tensor(space.high, device=self.device)
         # the task's observation, flat (for the ensemble it is also the model's state, sim.x)
         self._obs = torch.zeros(self.num_envs, obs_dim, device=self.device)
+        # the task's action-history terms: kept exactly (shifted, the new action appended), not predicted, and left
+        # out of the disagreement, as the deploy runner keeps them on a robot (core/layout.py)
+        self._history: list[slice] = []
+        start = 0
+        for group, size in self.groups:
+            if group in self._layout.observation:
+                for term, sl in zip(self._layout.terms(group), self._layout.slices(group).values()):
+                    if term.source == "history":
+                        self._history.append(slice(start + sl.start, start + sl.stop))
+            start += size
+        if self._history and self.kind != "rssm":
+            free = torch.ones(obs_dim, dtype=torch.bool)
+            for sl in self._history:
+                free[sl] = False
+            self.sim.disagreement_dims = free.nonzero().squeeze(1).to(self.device)
         self._data_low = self._data_high = None  # the widened range of the real states (data_margin)
         self._held = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)  # held in it this step
         if self.kind == "rssm":  # latent states after a real context, and the real observation there
@@ -144,6 +159,8 @@ class WorldModelEnv(ManagedVecEnv):
             lo, hi = starts.amin(0).to(self.device, torch.float32), starts.amax(0).to(self.device, torch.float32)
             pad = self.cfg.data_margin * (hi - lo)
             self._data_low, self._data_high = lo - pad, hi + pad
+            for sl in self._history:  # kept exactly: never held
+                self._data_low[sl], self._data_high[sl] = -math.inf, math.inf
 
     # ---- task hooks ---------------------------------------------------------------------------------------
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
@@ -152,11 +169,18 @@ class WorldModelEnv(ManagedVecEnv):
         self._obs[env_ids] = self.start_obs[pick] if self.kind == "rssm" else self.starts[pick]
 
     def _apply_action(self, action: torch.Tensor) -> None:
-        self.sim.step(torch.minimum(torch.maximum(action, self._act_low), self._act_high))
+        action = torch.minimum(torch.maximum(action, self._act_low), self._act_high)
+        before = self._obs
+        self.sim.step(action)
         if self.kind == "rssm":
             obs = self._rssm_observation()
         else:
             obs = self.sim.x
+            if self._history:
+                obs = obs.clone()
+                a = action.shape[1]
+                for sl in self._history:  # oldest first: drop the oldest action, append this one
+                    obs[:, sl] = torch.cat([before[:, sl][:, a:], action], 1)
         # a model's prediction stays within the bounds the real observation has (unit vectors, speed limits)
         self._obs = torch.minimum(torch.maximum(obs, self._low), self._high)
         if self.kind != "rssm":
