@@ -72,7 +72,7 @@ class RunConfig:
     # starts, 1 from 200 on); each evaluation draws fresh starts
     stop_passes: int | None = None
     data: str = ""  # a recorded dataset (Minari) for offline algorithms (bc): data=PATH
-    base: str = ""  # a frozen base policy (a run directory) for residual learners (residual-ppo): base=RUN_DIR
+    base: str = ""  # a frozen base policy for residual learners (residual-ppo/-sac): base=RUN_DIR or a bundle
     env: Any = None  # the task's config dataclass
     algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

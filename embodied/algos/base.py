@@ -36,7 +36,7 @@ class BuildContext:
     symmetry: Any = None
     layout: Any = None  # the task's Layout (core/layout.py): image terms pick a CNN encoder
     data: str = ""  # the run's dataset (``data=PATH``): what an offline algorithm learns from
-    base: str = ""  # the run's frozen base policy (``base=RUN_DIR``): what a residual learner corrects
+    base: str = ""  # the run's frozen base policy (``base=RUN_DIR`` or a bundle): what a residual learner corrects
 
     def image(self, group: str) -> list | None:
         """``[start, C, H, W]`` of the group's image term, or None; more than one image term is a UserError."""

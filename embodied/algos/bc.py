@@ -68,10 +68,10 @@ class BC(Algorithm):
         n_ep = int(episode[-1]) + 1
         n_val = max(1, round(cfg.holdout * n_ep)) if cfg.holdout > 0 and n_ep > 1 else 0
         order = torch.randperm(n_ep, generator=torch.Generator().manual_seed(ctx.seed))
-        val = torch.isin(episode, order[:n_val])
+        val = torch.isin(episode, order[:n_val]).to(self.device)
         obs, action = data["state"].to(self.device), data["action"].clamp(-1.0, 1.0).to(self.device)
-        self.obs, self.action = obs[~val.to(self.device)], action[~val.to(self.device)]
-        self.val_obs, self.val_action = obs[val.to(self.device)], action[val.to(self.device)]
+        self.obs, self.action = obs[~val], action[~val]
+        self.val_obs, self.val_action = obs[val], action[val]
         if hasattr(self.pi.normalizer, "update"):
             self.pi.normalizer.update(self.obs)
         self.num_updates = 0

@@ -1,7 +1,8 @@
 """residual-ppo and residual-sac: a learner of a residual over a frozen base policy (``base=RUN_DIR``, any run whose
-checkpoint holds a policy: BC, PPO, SAC...). ResiP's settings: the residual is a policy on ``[obs, base action]``
-whose mean starts at exactly zero, scaled by ``scale`` (0.1) in normalized action units and bounded by ``limit``;
-so the deterministic combined policy acts exactly as the base at step 0.
+checkpoint holds a policy: BC, PPO, SAC...; or ``base=BUNDLE``, a deploy bundle of an MLP policy). ResiP's settings:
+the residual is a policy on ``[obs, base action]`` whose mean starts at exactly zero, scaled by ``scale`` (0.1) in
+normalized action units and bounded by ``limit``; so the deterministic combined policy acts exactly as the base at
+step 0.
 
 The learner sees the MDP of ``([obs, base action], residual)`` (the base action is a function of the observation,
 so this is the task's MDP seen through the base): its rollouts or replay store the residual as the action; the env
@@ -105,8 +106,10 @@ class Residual:
         self.combined.residual = self.pi  # one module: what the learner trains is what the combined policy runs
         self.combined.to(self.device)
 
-    def _augment(self, obs: Obs) -> tuple[Obs, torch.Tensor]:
-        b = self.combined.base_action(obs["policy"])
+    def _augment(self, obs: Obs, b: torch.Tensor | None = None) -> tuple[Obs, torch.Tensor]:
+        """The learner's observation ``[obs, base action]`` (the base action ``b`` given where ``act`` made it)."""
+        if b is None:
+            b = self.combined.base_action(obs["policy"])
         out = {**obs, "policy": torch.cat([obs["policy"], b], -1)}
         out.setdefault("critic", obs["policy"])
         return out, b
@@ -119,7 +122,7 @@ class Residual:
 
     @torch.no_grad()
     def observe(self, tr: Transition) -> None:
-        aug, _ = self._augment(tr.obs)
+        aug, _ = self._augment(tr.obs, tr.extras["base"])  # the base acted on tr.obs in act: not run again
         next_aug, _ = self._augment(tr.next_obs)
         super().observe(dataclasses.replace(tr, obs=aug, next_obs=next_aug, action=tr.extras["residual"]))
 

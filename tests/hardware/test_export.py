@@ -224,3 +224,30 @@ def test_camera_policy_exports_to_onnx_with_parity(tmp_path):
     assert load_bundle(tmp_path / "b").forward(x.numpy()).shape == (8, 2)
     with pytest.raises(UserError, match="ONNX only"):
         write_bundle(actor, layout, x.numpy(), tmp_path / "c", "c")
+
+
+def test_residual_program_ops_exact_values():
+    """save / concat_saved / residual_add (a residual over a base) on hand-made values, in the reference
+    interpreter, the torch module and ONNX, and read back from ONNX."""
+    import onnx
+    import onnxruntime as ort
+
+    from embodied.hardware.onnx_export import program_from_onnx, program_to_onnx
+    from embodied.policies.export import Op
+
+    # base: b = x0 - x1 (one dense row); residual: r = 10 * (x0 + b) (a dense on [x, b]); a = clip(b + clip(0.1 r,
+    # -0.2, 0.2), -1, 1)
+    ops = [Op("save"), Op("dense", {"W": np.array([[1.0, -1.0]], np.float32), "b": np.zeros(1, np.float32)}),
+           Op("save"), Op("concat_saved", attrs={"index": 0, "size": 2}),
+           Op("dense", {"W": np.array([[10.0, 0.0, 10.0]], np.float32), "b": np.zeros(1, np.float32)}),
+           Op("residual_add", attrs={"index": 1, "scale": 0.1, "limit": 0.2})]
+    x = np.array([[0.5, 0.25], [0.0, 0.0], [0.9, -0.3], [-0.1, 0.05]], np.float32)
+    # b = 0.25, 0, 1.2, -0.15; 0.1 r = 0.75 -> 0.2, 0, 2.1 -> 0.2, -0.25 -> -0.2; a = 0.45, 0, 1 (clipped), -0.35
+    expected = np.array([[0.45], [0.0], [1.0], [-0.35]])
+    assert np.allclose(run_numpy(ops, x), expected, atol=1e-6)
+    assert np.allclose(ProgramModule(ops)(torch.from_numpy(x)).detach().numpy(), expected, atol=1e-6)
+    model = program_to_onnx(ops, 2)
+    out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"obs": x})[0]
+    assert np.allclose(out, expected, atol=1e-6)
+    with pytest.raises(UserError, match="Identity"):  # a composite graph is not a base program: one clear error
+        program_from_onnx(onnx.load_from_string(model.SerializeToString()))

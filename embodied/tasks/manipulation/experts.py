@@ -54,15 +54,11 @@ class Expert:
         pos, rot = c.ee_pose()
         want = axis_angle_matrix(torch.stack([torch.zeros_like(yaw), torch.zeros_like(yaw), yaw], 1)) @ self.down
         dp = self.gain * (target - pos) / c.max_translation
-        dw = self.rotation(want, rot) / c.max_rotation
+        dw = rotation_error(want, rot) / c.max_rotation
         action = torch.cat([dp, dw, gripper[:, None]], 1)
         action = action + self.action_noise * torch.randn(action.shape, generator=self.generator, dtype=F64)
         self.timer += 1
         return action.clamp(-1.0, 1.0).float()
-
-    def rotation(self, want: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-        """The commanded rotation ``[N, 3]`` [rad] toward the wanted gripper orientation."""
-        return rotation_error(want, rot)
 
     def _advance(self, mask: torch.Tensor) -> None:
         self.phase[mask] += 1
@@ -91,6 +87,7 @@ class PickExpert(Expert):
 
     grasp_height = 0.0  # [m] grip point above the object's centre at the grasp
     place_clearance = 0.004  # [m] the object's centre above its goal when it is let go
+    xy_tolerance = 0.005  # [m] the object over its goal in the table plane before it is lowered
 
     def plan(self):
         env = self.env
@@ -137,8 +134,6 @@ class PickExpert(Expert):
         target = torch.where((p >= 6)[:, None], torch.where((self.timer > CLOSE_STEPS)[:, None], grip + up * 0.03,
                                                             grip), target)
         return target, yaw, gripper
-
-    xy_tolerance = 0.005
 
     def _yaw_err(self, yaw: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
         return torch.remainder(yaw - _yaw(rot) + math.pi, 2 * math.pi).sub(math.pi).abs()

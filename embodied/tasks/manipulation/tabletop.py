@@ -81,6 +81,13 @@ class PegInsertConfig(TabletopConfig):
     align_tolerance: float = 0.004  # [m] the peg's axis within this of the hole's, in the table plane
 
 
+def _place_upright(qpos: torch.Tensor, adr: int, xy: torch.Tensor, z: float, yaw: torch.Tensor) -> None:
+    """Write a free body's pose (at ``qpos[:, adr:adr + 7]``): at ``xy [K, 2]``, height ``z``, turned by ``yaw [K]``
+    about the vertical."""
+    qpos[:, adr:adr + 2], qpos[:, adr + 2] = xy, z
+    qpos[:, adr + 3], qpos[:, adr + 4:adr + 6], qpos[:, adr + 6] = torch.cos(yaw / 2), 0.0, torch.sin(yaw / 2)
+
+
 def rot6(mat: torch.Tensor) -> torch.Tensor:
     """``[N, 3, 3]`` -> the first two columns ``[N, 6]`` (a continuous rotation encoding)."""
     return mat[:, :, :2].transpose(1, 2).reshape(-1, 6)
@@ -154,6 +161,12 @@ class TabletopEnv(ManagedVecEnv):
         half = torch.as_tensor(half, dtype=F64)
         return (torch.rand(k, half.numel(), generator=self.generator, dtype=F64) * 2 - 1) * half
 
+    def _apply_factors(self, env_ids: torch.Tensor) -> None:
+        """The object's friction and mass in the worlds ``env_ids`` from its drawn ``factors``."""
+        self.geom_friction[env_ids, self.obj_geom, 0] = self.nominal_friction * self.factors[env_ids, 0]
+        self.body_mass[env_ids, self.obj_body] = self.nominal_mass * self.factors[env_ids, 1]
+        self.sim.batch.set_const(env_ids.numpy())
+
     def object_pose(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.xpos[:, self.obj_body].clone(), self.xmat[:, self.obj_body].reshape(-1, 3, 3).clone()
 
@@ -167,23 +180,16 @@ class TabletopEnv(ManagedVecEnv):
         qpos[:, :7] += self._uniform(k, [cfg.arm_noise] * 7)
         if self.object_name is not None:
             xy = torch.tensor(self.object_start, dtype=F64) + self._uniform(k, cfg.object_xy)
-            yaw = self._uniform(k, [cfg.object_yaw])[:, 0]
-            a = self.obj_qpos
-            qpos[:, a:a + 2] = xy
-            qpos[:, a + 2] = float(m.body_pos[self.obj_body, 2])  # resting on the table
-            qpos[:, a + 3], qpos[:, a + 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
-            qpos[:, a + 4:a + 6] = 0.0
+            _place_upright(qpos, self.obj_qpos, xy, float(m.body_pos[self.obj_body, 2]),  # resting on the table
+                           self._uniform(k, [cfg.object_yaw])[:, 0])
             lo, hi = torch.tensor([cfg.friction[0], cfg.mass[0]], dtype=F64), \
                 torch.tensor([cfg.friction[1], cfg.mass[1]], dtype=F64)
             self.factors[env_ids] = lo + torch.rand(k, 2, generator=self.generator, dtype=F64) * (hi - lo)
-            self.geom_friction[env_ids, self.obj_geom, 0] = self.nominal_friction * self.factors[env_ids, 0]
-            self.body_mass[env_ids, self.obj_body] = self.nominal_mass * self.factors[env_ids, 1]
-            self.sim.batch.set_const(env_ids.numpy())
+            self._apply_factors(env_ids)
         for i, a in enumerate(self.clutter_qpos):
             yaw = self._uniform(k, [np.pi / 4])[:, 0]
-            qpos[:, a:a + 2] = torch.tensor(CLUTTER_SLOTS[i], dtype=F64) + self._uniform(k, [cfg.distractor_jitter] * 2)
-            qpos[:, a + 2] = CLUTTER
-            qpos[:, a + 3], qpos[:, a + 4:a + 6], qpos[:, a + 6] = torch.cos(yaw / 2), 0.0, torch.sin(yaw / 2)
+            xy = torch.tensor(CLUTTER_SLOTS[i], dtype=F64) + self._uniform(k, [cfg.distractor_jitter] * 2)
+            _place_upright(qpos, a, xy, CLUTTER, yaw)
         self.goal[env_ids] = self._sample_goal(k)
         if self._marker is not None:
             self.mocap_pos[env_ids, self._marker] = self.goal[env_ids]
@@ -253,9 +259,7 @@ class TabletopEnv(ManagedVecEnv):
             self.mocap_pos[:, self._marker] = self.goal
         if self.object_name is not None:
             self.factors.copy_(state["factors"])
-            self.geom_friction[:, self.obj_geom, 0] = self.nominal_friction * self.factors[:, 0]
-            self.body_mass[:, self.obj_body] = self.nominal_mass * self.factors[:, 1]
-            self.sim.batch.set_const()
+            self._apply_factors(self._all_ids)
         self.sim.set_state(state["sim"])
 
 
