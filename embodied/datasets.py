@@ -22,7 +22,7 @@ def write_minari(path: str | Path, episodes: list[dict], observation_space: gym.
     from minari.data_collector import EpisodeBuffer
     from minari.dataset.minari_storage import MinariStorage
 
-    path = Path(path)
+    path = Path(path).resolve()  # Minari joins a relative data path onto itself when it sizes the dataset
     if path.exists() and any(path.iterdir()):
         raise UserError(f"{path} exists and is not empty; choose a new directory for the dataset")
     path.mkdir(parents=True, exist_ok=True)

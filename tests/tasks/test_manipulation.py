@@ -121,7 +121,7 @@ def test_scripted_experts_succeed(task, floor):
     assert float(success.mean()) >= floor
 
 
-def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys):
+def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys, monkeypatch):
     import json
 
     from minari.dataset.minari_dataset import MinariDataset
@@ -129,8 +129,9 @@ def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys):
     from embodied.cli import main
     from embodied.datasets import read_transitions
 
+    monkeypatch.chdir(tmp_path)  # a relative --out, as a user types it
     out = tmp_path / "demos"
-    args = ["collect-demos", "--task", "push-to-goal", "--episodes", "5", "--num-envs", "4", "--out", str(out)]
+    args = ["collect-demos", "--task", "push-to-goal", "--episodes", "5", "--num-envs", "4", "--out", "demos"]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["episodes"] == 5 and summary["expert_success_rate"] > 0.5
