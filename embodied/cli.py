@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--lockstep", action="store_true", help="no real-time pacing (a simulated plant waits)")
     d.add_argument("--geofence", type=float, default=None, help="land when the position leaves this radius [m]")
     d.add_argument("--max-rate", type=float, default=None, help="rate limit [action units / s]")
+    d.add_argument("--residual-limit", type=float, default=None,
+                   help="a residual bundle: bound |action - base action| per entry [normalized action units] "
+                        "(default: the limit it was trained with)")
     return p
 
 
@@ -78,7 +81,8 @@ def _cmd_deploy(args) -> int:
         raise UserError("--rate must be > 0")
     summary = deploy(Path(args.bundle), args.robot, args.duration, args.rate, args.backend,
                      Path(args.log_dir) if args.log_dir else None, args.lockstep,
-                     safety=SafetyConfig(max_rate=args.max_rate, geofence_radius=args.geofence))
+                     safety=SafetyConfig(max_rate=args.max_rate, geofence_radius=args.geofence,
+                                         residual_limit=args.residual_limit))
     print(json.dumps(summary))
     return 1 if summary["outcome"] == "fault" else 0
 

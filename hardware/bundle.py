@@ -115,6 +115,9 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     _writable(out)
     actor = actor.eval()
     ops, obs_dim = program(actor)
+    # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
+    residual = next(({"scale": float(op.attrs["scale"]), "limit": float(op.attrs["limit"])} for op in ops
+                     if op.kind == "residual_add"), None)
     obs = np.ascontiguousarray(obs, np.float32)
     np.save(out / "observations.npy", obs)
     ref = actor.act(torch.from_numpy(obs)).numpy()
@@ -154,7 +157,8 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     meta = {
         "format": FORMAT, "task": task, "layout": layout.to_dict(),
         "policy": {"input": "obs", "output": "action", "obs_dim": obs_dim, "act_dim": layout.action_size,
-                   "actor": type(actor).__name__, "ops": [op.kind for op in ops]},
+                   "actor": type(actor).__name__, "ops": [op.kind for op in ops],
+                   **({"residual": {"output": "base_action", **residual}} if residual else {})},
         "run": source,
         "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
                      **versions("torch", "onnx", "onnxruntime")},
@@ -209,6 +213,9 @@ class CPolicy:
         self._out = np.zeros(act_dim, np.float32)
         self._state_p, self._out_p = self._state.ctypes.data, self._out.ctypes.data
         self._step = self.lib.policy_step
+        self._base = getattr(self.lib, "policy_base_action", None)  # a residual over a base only
+        if self._base is not None:
+            self._base.argtypes, self._base.restype = [ctypes.c_void_p], None
 
     @classmethod
     def build(cls, bundle_dir: Path) -> CPolicy:
@@ -250,11 +257,17 @@ class CPolicy:
         self._step(self._state_p, self._out_p)
         return self._out.copy()
 
+    def base_action(self, out: np.ndarray) -> None:
+        """The base policy's action of the last call, into ``out`` (a residual bundle's C)."""
+        self._base(out.ctypes.data)
+
 
 class PolicyRunner:
     """``act(state) -> action``: the robot's state (the layout's robot terms of the policy group, in order)
     in, the normalized action out; the runner keeps the history terms. ``forward(obs)`` runs full
-    observations ``[B, obs_dim]`` without touching the history."""
+    observations ``[B, obs_dim]`` without touching the history. A residual bundle's runner also keeps the base
+    policy's action of the last ``act`` in ``base_action`` (None otherwise) and its bound in ``residual_limit``:
+    what the deploy safety filter bounds ``|action - base_action|`` with."""
 
     def __init__(self, meta: dict, backend: str = "onnx"):
         self.meta, self.backend = meta, backend
@@ -262,6 +275,10 @@ class PolicyRunner:
         self.obs_dim, self.act_dim = int(meta["policy"]["obs_dim"]), int(meta["policy"]["act_dim"])
         self.state_dim = self.layout.robot_size("policy")
         self._obs = np.zeros((1, self.obs_dim), np.float32)
+        residual = meta["policy"].get("residual")
+        self.residual_limit = float(residual["limit"]) if residual else None
+        self.base_action = np.zeros(self.act_dim, np.float32) if residual else None
+        outputs = ["action", "base_action"] if residual else ["action"]
         # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
         # terms' slots; as views of the one observation buffer, made once
         slices = self.layout.slices("policy")
@@ -289,15 +306,18 @@ class PolicyRunner:
             if sess is not None and hasattr(sess, "run"):
                 import onnxruntime as ort
 
-                self._run, self._run_args = sess.run, (["action"], None, ort.RunOptions())
+                self._run, self._run_args = sess.run, (outputs, None, ort.RunOptions())
             else:
-                self._run, self._run_args = self.session.run, (["action"], None)
+                self._run, self._run_args = self.session.run, (outputs, None)
             self._run_args = (self._run_args[0], {"obs": self._obs}, *self._run_args[2:])
             self.c = None
         elif backend == "c":
             if "policy.c" not in meta["files"]:
                 raise UserError(f"bundle {meta['dir']} has no C source; export it with --format c or all")
             self.c = CPolicy.build(meta["dir"])
+            if residual and self.c._base is None:
+                raise UserError(f"bundle {meta['dir']}: a residual policy whose C has no policy_base_action; export "
+                                "it again")
         else:
             raise UserError(f"bundle backend must be onnx or c, got {backend!r}")
         self.reset()
@@ -316,13 +336,19 @@ class PolicyRunner:
 
     def act(self, state: np.ndarray) -> np.ndarray:
         if self.c is not None:
-            return self.c.step(state)
+            a = self.c.step(state)
+            if self.base_action is not None:
+                self.c.base_action(self.base_action)
+            return a
         if self._whole_state:
             np.copyto(self._robot[0][0], state)
         else:
             for dst, src in self._robot:
                 np.copyto(dst, state[src])
-        a = self._run(*self._run_args)[0][0]
+        out = self._run(*self._run_args)
+        a = out[0][0]
+        if self.base_action is not None:
+            np.copyto(self.base_action, out[1][0])
         for older, newer, last in self._shift:  # the history holds the commanded action clipped to [-1, 1]
             np.copyto(older, newer)  # overlapping: numpy copies as if through a temporary
             _clip(a, _LO, _HI, out=last)

@@ -29,6 +29,12 @@ def check_layouts(bundle: Layout, robot: Layout, uri: str) -> None:
 def deploy(bundle_dir: Path, uri: str, duration: float | None = 10.0, rate: float | None = None,
            backend: str = "onnx", log_dir: Path | None = None, lockstep: bool = False, **loop_kw) -> dict:
     runner = load_bundle(bundle_dir, backend)  # a corrupt bundle: UserError before anything moves
+    safety = loop_kw.get("safety")
+    if safety is not None and safety.residual_limit is not None:
+        if runner.residual_limit is None:
+            raise UserError(f"--residual-limit: the bundle {bundle_dir} is no residual over a base policy")
+        if not 0.0 <= safety.residual_limit:
+            raise UserError(f"--residual-limit must be >= 0, got {safety.residual_limit}")
     robot = make_robot(uri)
     robot.attach_bundle(Path(bundle_dir))
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -12,7 +12,7 @@ import gc
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +58,14 @@ class ControlLoop:
         layout = robot.layout
         low = np.array([t.low for t in layout.action for _ in range(t.size)], np.float32)
         high = np.array([t.high for t in layout.action for _ in range(t.size)], np.float32)
-        self.safety = SafetyFilter(low, high, self.period, cfg.safety)
+        safety = cfg.safety
+        bound = getattr(policy, "residual_limit", None)  # a residual bundle: its residual is bounded here too
+        if bound is not None and safety.residual_limit is None:
+            safety = replace(safety, residual_limit=bound)
+        elif bound is None and safety.residual_limit is not None:
+            raise UserError("a residual limit was given, but the policy is no residual over a base (or it runs on the "
+                            "robot, where its graph bounds the residual)")
+        self.safety = SafetyFilter(low, high, self.period, safety)
         self.watchdog = Watchdog(cfg.watchdog)
         self.estop = estop or EStop()  # share one between flights: a latched e-stop blocks the next arming
         self._log = None  # opened by run(), closed when it ends
@@ -210,7 +217,8 @@ class ControlLoop:
                     else:
                         events.append("nonfinite_state")
                     command = action if action is not None else robot.hold_action()
-                    command, ev = self.safety(command, robot.hold_action())
+                    base = getattr(self.policy, "base_action", None) if action is not None else None
+                    command, ev = self.safety(command, robot.hold_action(), base)
                     events += ev
                     # a missing or non-finite state is the watchdog's business, not a fence breach
                     if fresh and self.safety.outside_fence(robot.position(state)):

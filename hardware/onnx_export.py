@@ -1,6 +1,6 @@
 """A folded policy program (``embodied.policies.export``) written as an ONNX graph of standard ops
 (Gemm, Relu, Tanh, Elu, Clip, Sub, Div, Slice; Identity, Concat, Mul, Add for a residual over a base), input
-``obs [batch, obs_dim]``, output ``action``.
+``obs [batch, obs_dim]``, output ``action`` (and ``base_action``, the base's action, for a residual over a base).
 Built with ``onnx.helper`` directly: the graph is exactly the program, with nothing a tracer adds."""
 
 from __future__ import annotations
@@ -87,9 +87,14 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
         else:
             raise ValueError(f"no ONNX op for {op.kind!r}")
         x, dim = y, op.out_dim(dim)
+    outputs = [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", dim])]
+    residual = [op for op in ops if op.kind == "residual_add"]
+    if residual:  # the base's action as a second output: the deploy safety filter bounds the residual with it
+        nodes.append(helper.make_node("Identity", [saved[int(residual[-1].attrs["index"])]], ["base_action"]))
+        outputs.append(helper.make_tensor_value_info("base_action", TensorProto.FLOAT, ["batch", dim]))
     graph = helper.make_graph(
-        nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])],
-        [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", dim])], inits)
+        nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])], outputs,
+        inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="embodied",
                               doc_string=doc)
     model.ir_version = 8  # readable by onnxruntime >= 1.14

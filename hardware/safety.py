@@ -95,6 +95,9 @@ class SafetyConfig:
     max_rate: float | None = None  # [action units / s] per entry; None: no rate limit
     geofence_radius: float | None = None  # [m] from the origin of the position term; None: no fence
     geofence_box: tuple[float, ...] | None = None  # (xmin, xmax, ymin, ymax, zmin, zmax) [m]
+    # a residual over a base policy: |action - base action| <= residual_limit per entry [normalized action
+    # units]; None: the bundle's own limit (the one it was trained with), for a residual bundle
+    residual_limit: float | None = None
 
 
 @dataclass
@@ -104,14 +107,17 @@ class Interventions:
     rate_limited: int = 0  # ticks with an entry rate-limited
     geofence: int = 0  # geofence trips
     nonfinite_state: int = 0  # states with NaN/Inf (treated as stale, never fed to the policy)
+    residual_limited: int = 0  # ticks with a residual entry bounded to the limit around the base's action
 
     def total(self) -> int:
-        return self.nonfinite_action + self.clipped + self.rate_limited + self.geofence + self.nonfinite_state
+        return (self.nonfinite_action + self.clipped + self.rate_limited + self.geofence + self.nonfinite_state
+                + self.residual_limited)
 
 
 @dataclass
 class SafetyFilter:
-    """NaN/Inf -> fallback action, clip to the bounds, rate limit ``|a_t - a_{t-1}| <= max_rate dt``."""
+    """NaN/Inf -> fallback action, a residual policy's correction bounded ``|a - base| <= residual_limit`` (given the
+    base's action), clip to the bounds, rate limit ``|a_t - a_{t-1}| <= max_rate dt``."""
 
     low: np.ndarray
     high: np.ndarray
@@ -126,13 +132,22 @@ class SafetyFilter:
     def reset(self, previous: np.ndarray | None = None) -> None:
         self.previous = None if previous is None else np.asarray(previous, np.float32).copy()
 
-    def __call__(self, action: np.ndarray, fallback: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def __call__(self, action: np.ndarray, fallback: np.ndarray,
+                 base: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
         a = np.asarray(action, np.float32).reshape(self.low.shape)
         events = []
         if not np.all(np.isfinite(a)):
             a = np.asarray(fallback, np.float32).copy()
             self.counts.nonfinite_action += 1
             events.append("nonfinite_action")
+        elif base is not None and self.cfg.residual_limit is not None and np.all(np.isfinite(base)):
+            lim = np.float32(self.cfg.residual_limit)
+            b = np.asarray(base, np.float32).reshape(self.low.shape)
+            r = np.clip(a, b - lim, b + lim)
+            if np.any(r != a):
+                self.counts.residual_limited += 1
+                events.append("residual_limited")
+            a = r
         c = np.clip(a, self.low, self.high)
         if np.any(c != a):
             self.counts.clipped += 1

@@ -68,6 +68,34 @@ def test_residual_improves_a_weak_base(weak_base, tmp_path, algo, budget):
 
     meta = export_run(run, None, "all", 256)
     assert meta["parity"]["passed"] and meta["parity"]["c_vs_torch"] < 1e-5
+    _deploy_bounds_the_residual(run / "bundle", combined, 0.3, weak_base)
+
+
+def _deploy_bounds_the_residual(bundle: Path, combined, limit: float, base_run: Path) -> None:
+    """The bundle states the residual's bound; both runners give the base's action beside the combined one; the
+    deploy safety filter bounds |action - base| by the bundle's limit, or by a tighter one the user sets."""
+    import numpy as np
+
+    from embodied.hardware.bundle import export_run, load_bundle
+    from embodied.hardware.deploy import deploy
+    from embodied.hardware.safety import SafetyConfig
+
+    obs = np.load(bundle / "observations.npy")[:8]
+    base = combined.actor.base.act(torch.from_numpy(obs)).numpy()
+    for backend in ("onnx", "c"):
+        runner = load_bundle(bundle, backend)
+        assert runner.residual_limit == limit
+        for o, b in zip(obs, base, strict=True):
+            a = runner.act(o[:runner.state_dim])  # target's observation is all robot state
+            assert np.allclose(runner.base_action, b, atol=1e-5) and np.all(np.abs(a - b) <= limit + 1e-6)
+    bound = deploy(bundle, "sim://target", duration=2.0, lockstep=True, log_dir=bundle / "flights")
+    tight = deploy(bundle, "sim://target", duration=2.0, lockstep=True, log_dir=bundle / "flights",
+                   safety=SafetyConfig(residual_limit=0.0))  # the base alone
+    assert bound["interventions"]["residual_limited"] == 0  # the graph already bounds it by the same limit
+    assert tight["interventions"]["residual_limited"] > 0
+    export_run(base_run, bundle.parent / "base_bundle", "onnx", 64)
+    with pytest.raises(UserError, match="no residual"):
+        deploy(bundle.parent / "base_bundle", "sim://target", safety=SafetyConfig(residual_limit=0.1))
 
 
 def test_a_base_that_does_not_fit_is_a_user_error(weak_base, tmp_path):

@@ -58,6 +58,15 @@ def test_safety_filter_exact_values():
     a, ev = f(np.array([np.nan, 0.95]), np.array([0.45, 0.2]))
     assert np.allclose(a, [0.45, 0.9]) and ev == ["nonfinite_action", "rate_limited"]
     assert (f.counts.nonfinite_action, f.counts.clipped, f.counts.rate_limited) == (1, 1, 2)
+    # a residual policy's correction bounded around the base's action, then the bounds
+    r = SafetyFilter(np.array([-1, -1], np.float32), np.array([1, 1], np.float32), dt=0.01,
+                     cfg=SafetyConfig(residual_limit=0.1))
+    a, ev = r(np.array([0.5, 0.95]), np.zeros(2), base=np.array([0.3, 0.9]))
+    assert np.allclose(a, [0.4, 0.95]) and ev == ["residual_limited"]
+    a, ev = r(np.array([0.5, 1.05]), np.zeros(2), base=np.array([0.45, 1.0]))
+    assert np.allclose(a, [0.5, 1.0]) and ev == ["clipped"]
+    a, ev = r(np.array([0.5, 0.5]), np.zeros(2))  # no base's action (a plain policy): nothing to bound
+    assert np.allclose(a, [0.5, 0.5]) and ev == [] and r.counts.residual_limited == 1
     fence = SafetyFilter(np.zeros(1), np.ones(1), 0.01,
                          SafetyConfig(geofence_radius=1.0, geofence_box=(-2, 2, -2, 2, 0, 3)))
     assert not fence.outside_fence(np.array([0.5, 0.5, 0.5]))
