@@ -88,6 +88,10 @@ class PickExpert(Expert):
     grasp_height = 0.0  # [m] grip point above the object's centre at the grasp
     place_clearance = 0.004  # [m] the object's centre above its goal when it is let go
     xy_tolerance = 0.005  # [m] the object over its goal in the table plane before it is lowered
+    # [m] the fingers start closing this near the grasp point, while the grip point still moves to it: a demo
+    # whose gripper closes only once the grip has arrived labels the arrival state both open (the last steps of
+    # the descent) and closed (the first of the grasp), and a cloned policy comes to rest there with open fingers
+    close_within = 0.012
 
     def plan(self):
         env = self.env
@@ -111,8 +115,8 @@ class PickExpert(Expert):
         # 1: down to the grasp height
         at = obj + up * self.grasp_height
         target = torch.where((p == 1)[:, None], at, target)
-        self._advance((p == 1) & ((grip - at).norm(dim=1) < 0.005))
-        # 2: close
+        self._advance((p == 1) & ((grip - at).norm(dim=1) < self.close_within))
+        # 2: close, finishing the descent on the way
         target = torch.where((p == 2)[:, None], at, target)
         gripper = torch.where(p >= 2, torch.ones_like(gripper), gripper)
         self._advance((p == 2) & (self.timer >= CLOSE_STEPS))

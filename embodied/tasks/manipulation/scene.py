@@ -58,7 +58,8 @@ def _inner(name: str) -> str:
 
 @dataclass
 class Box:
-    """A box, free (``mass`` > 0) or fixed to the table (``mass`` = 0); ``pos`` of its centre."""
+    """A box, free (``mass`` > 0) or fixed to the table (``mass`` = 0, ``movable``: placed by the task per env);
+    ``pos`` of its centre."""
 
     name: str
     size: tuple[float, float, float]  # half extents [m]
@@ -66,10 +67,13 @@ class Box:
     rgba: tuple[float, float, float, float] = (0.8, 0.2, 0.2, 1.0)
     mass: float = 0.05  # [kg]
     friction: float = 1.0
+    movable: bool = False  # a fixed box (mass 0) the task places per env at reset (a mocap body)
 
     def xml(self) -> str:
         geom = (f'<geom name="{self.name}" type="box" size="{_v(self.size)}" rgba="{_v(self.rgba)}" '
                 f'friction="{self.friction} 0.005 0.0001" contype="1" conaffinity="1" condim="4"')
+        if self.movable:
+            return f'<body name="{self.name}" pos="{_v(self.pos)}" mocap="true">{geom}/></body>'
         if self.mass > 0:
             return (f'<body name="{self.name}" pos="{_v(self.pos)}"><freejoint name="{self.name}"/>'
                     f'{geom} mass="{self.mass}"/></body>')

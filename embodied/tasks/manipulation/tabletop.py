@@ -71,6 +71,11 @@ class PushConfig(TabletopConfig):
 class PickPlaceConfig(TabletopConfig):
     episode_steps: int = 120
     distractors: int = 2
+    # the cube anywhere in a 24 x 20 cm region at any yaw (a quarter turn: the cube's symmetry), the plate anywhere
+    # in a 20 x 12 cm region beside it (their regions leave the two apart)
+    object_xy: list[float] = field(default_factory=lambda: [0.12, 0.10])
+    object_yaw: float = 0.785
+    goal_xy: list[float] = field(default_factory=lambda: [0.10, 0.06])
 
 
 @dataclass
@@ -156,6 +161,11 @@ class TabletopEnv(ManagedVecEnv):
         """Reward terms and the success predicate ``[N]`` bool."""
         raise NotImplementedError
 
+    def _place_goal(self, env_ids: torch.Tensor) -> None:
+        """Put what marks the goal (the marker; a task's goal fixture) where ``self.goal`` says, in ``env_ids``."""
+        if self._marker is not None:
+            self.mocap_pos[env_ids, self._marker] = self.goal[env_ids]
+
     # ---- helpers ------------------------------------------------------------------------------
     def _uniform(self, k: int, half) -> torch.Tensor:
         half = torch.as_tensor(half, dtype=F64)
@@ -191,8 +201,7 @@ class TabletopEnv(ManagedVecEnv):
             xy = torch.tensor(CLUTTER_SLOTS[i], dtype=F64) + self._uniform(k, [cfg.distractor_jitter] * 2)
             _place_upright(qpos, a, xy, CLUTTER, yaw)
         self.goal[env_ids] = self._sample_goal(k)
-        if self._marker is not None:
-            self.mocap_pos[env_ids, self._marker] = self.goal[env_ids]
+        self._place_goal(env_ids)
         self.succeeded[env_ids] = False
         self.sim.set_state_idx(env_ids, torch.cat([qpos, torch.zeros(k, m.nv, dtype=F64)], 1))
         self.sim.ctrl[env_ids] = self.home_ctrl
@@ -255,8 +264,7 @@ class TabletopEnv(ManagedVecEnv):
         super().load_state_dict(state)
         self.goal.copy_(state["goal"])
         self.succeeded.copy_(state["succeeded"])
-        if self._marker is not None:
-            self.mocap_pos[:, self._marker] = self.goal
+        self._place_goal(self._all_ids)
         if self.object_name is not None:
             self.factors.copy_(state["factors"])
             self._apply_factors(self._all_ids)
@@ -305,12 +313,20 @@ class PickPlaceEnv(TabletopEnv):
 
     def scene(self) -> SceneSpec:
         return SceneSpec([Box("cube", (CUBE,) * 3, (*self.object_start, CUBE)),
-                          Box("plate", self.PLATE, (*self.goal_start, self.PLATE[2]), rgba=(0.2, 0.4, 0.9, 1), mass=0),
+                          Box("plate", self.PLATE, (*self.goal_start, self.PLATE[2]), rgba=(0.2, 0.4, 0.9, 1), mass=0,
+                              movable=True),
                           Marker("goal", (*self.goal_start, 2 * self.PLATE[2] + CUBE), size=0.01)])
 
     def _sample_goal(self, k):
-        # the plate is fixed; the cube's start moves around it (object_xy), the goal is the cube resting on it
-        return torch.tensor([*self.goal_start, 2 * self.PLATE[2] + CUBE], dtype=F64).expand(k, 3).clone()
+        # the plate drawn in goal_xy around goal_start; the goal is the cube resting on it
+        xy = torch.tensor(self.goal_start, dtype=F64) + self._uniform(k, self.cfg.goal_xy)
+        return torch.cat([xy, torch.full((k, 1), 2 * self.PLATE[2] + CUBE, dtype=F64)], 1)
+
+    def _place_goal(self, env_ids: torch.Tensor) -> None:
+        super()._place_goal(env_ids)
+        plate = int(self.sim.model.body("plate").mocapid[0])
+        self.mocap_pos[env_ids, plate, :2] = self.goal[env_ids, :2]
+        self.mocap_pos[env_ids, plate, 2] = self.PLATE[2]
 
     def _task_terms(self, grip):
         pos, _ = self.object_pose()
