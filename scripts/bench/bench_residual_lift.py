@@ -3,12 +3,14 @@
 - ``bc``: ``embodied collect-demos --episodes 50`` (default noise), then ``embodied train algo=bc data=DEMOS``
   (BC's defaults, ``--bc-steps`` gradient steps);
 - ``residual``: ``embodied train algo=residual-ppo base=BC_RUN`` for ``--steps`` env steps;
+- ``residual-bundle``: the same over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
+  ``base=BUNDLE``): the base known only as its ONNX graph;
 - ``scratch``: ``embodied train algo=ppo`` for the same env steps;
 
 each scored by ``embodied eval --run R --episodes 100`` (success rate). The issue's goal: residual >= BC + 25 points
 and >= 90% on pick-place, above scratch on both; demos + BC + residual within 30 minutes on 2 cores (reported as
 ``pipeline_wall_s``, from the first command's start). Resumable: one JSON per (task, variant, seed) under
-``--out``; finished ones are skipped. Not yet: the residual over BC's exported bundle (``base=`` a bundle).
+``--out``; finished ones are skipped.
 
     python scripts/bench/bench_residual_lift.py [--tasks pick-place peg-insert] [--seeds 0 1 2] [--steps 300000]
 """
@@ -27,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _machine import emit, machine_info  # noqa: E402
 
 COMMON = ["log.progress=false", "log.eval_every=0", "log.checkpoint_every=0", "torch_threads=2"]
-RL = ["num_envs=16"]  # the same env count for residual and scratch
+RL = ["num_envs=64"]  # the same env count for residual and scratch
+VARIANTS = ("bc", "residual", "residual-bundle", "scratch")
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
@@ -56,7 +59,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", nargs="*", default=["pick-place", "peg-insert"])
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
-    ap.add_argument("--variants", nargs="*", default=["bc", "residual", "scratch"])
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--steps", type=int, default=300_000, help="env steps of residual and scratch")
     ap.add_argument("--bc-steps", type=int, default=5000, help="BC gradient steps")
     ap.add_argument("--timeout-s", type=float, default=3600.0)
@@ -67,7 +70,7 @@ def main() -> None:
     for task in args.tasks:
         for seed in args.seeds:
             tag = f"{task}_seed{seed}"
-            for variant in [v for v in ("bc", "residual", "scratch") if v in args.variants]:
+            for variant in [v for v in VARIANTS if v in args.variants]:
                 path = out / f"{variant}_{tag}.json"
                 if path.exists():
                     continue
@@ -84,14 +87,21 @@ def main() -> None:
                     row.update(demos=summary, demos_wall_s=round(demo_wall, 1), train_wall_s=round(wall, 1))
                 else:
                     bc = out / f"bc_{tag}.json"
-                    if variant == "residual" and not bc.exists():
-                        print(f"skipping residual {tag}: no bc run yet", file=sys.stderr)
+                    bc_run = out / "runs" / f"bc_{tag}"
+                    if variant.startswith("residual") and not bc.exists():
+                        print(f"skipping {variant} {tag}: no bc run yet", file=sys.stderr)
                         continue
-                    algo = ["algo=residual-ppo", f"base={out / 'runs' / f'bc_{tag}'}"] if variant == "residual" \
-                        else ["algo=ppo"]
+                    export_wall = 0.0
+                    if variant == "residual-bundle":  # BC as a bundle: only its ONNX graph reaches the learner
+                        bundle = out / "runs" / f"bcbundle_{tag}"
+                        shutil.rmtree(bundle, ignore_errors=True)
+                        _, export_wall = _run(["embodied", "export", "--run", str(bc_run), "--format", "onnx",
+                                               "--out", str(bundle)], args.timeout_s)
+                        bc_run = bundle
+                    algo = ["algo=residual-ppo", f"base={bc_run}"] if variant.startswith("residual") else ["algo=ppo"]
                     _, wall = _train(task, run_dir, [*algo, f"seed={seed}", f"total_steps={args.steps}", *RL],
                                      args.timeout_s)
-                    row.update(env_steps=args.steps, train_wall_s=round(wall, 1))
+                    row.update(env_steps=args.steps, train_wall_s=round(wall + export_wall, 1))
                 row["success"] = _eval(run_dir, args.timeout_s)
                 path.write_text(json.dumps(row, indent=1))
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("*_seed*.json"))]
