@@ -57,8 +57,10 @@ def make_train_env_factory(cfg, device=None) -> TaskEnvFactory:
 
 
 @torch.no_grad()
-def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "cpu") -> dict[str, float]:
-    """Run the first episode of every env of ``env`` with deterministic ``act(obs_policy)``.
+def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "cpu",
+             reset=None) -> dict[str, float]:
+    """Run the first episode of every env of ``env`` with deterministic ``act(obs_policy)``; ``reset(mask)`` (a
+    policy with per-env state, such as a chunk queue) is told which envs start a new episode.
 
     Returns ``eval/return``, ``eval/length`` and, where the task reports it, ``eval/success``
     (fraction of episodes that succeeded), means over the episodes, and ``eval/return_std`` (their
@@ -68,9 +70,13 @@ def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "
     stats = EpisodeStats(n, env.device)
     done = torch.zeros(n, dtype=torch.bool, device=env.device)
     first = {"return": torch.zeros(n, device=env.device), "length": torch.zeros(n, device=env.device)}
+    if reset is not None:
+        reset(None)
     for _ in range(env.max_episode_steps):
         action = act(obs["policy"].to(learner_device)).to(env.device)
         obs, reward, terminated, truncated, info = env.step(action)
+        if reset is not None:
+            reset((terminated | truncated).to(learner_device))
         ended = stats.track(reward, terminated | truncated, info.get("final_info"))
         if ended is None:
             continue

@@ -23,7 +23,7 @@ def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: 
     if video:  # before the evaluation, not after it
         _check_renders(env, cfg.task)
     result = {"task": cfg.task, "step": ckpt["step"], "episodes": episodes,
-              **evaluate(policy.act, env, seed=seed)}
+              **evaluate(policy.act, env, seed=seed, reset=policy.reset)}
     if video:
         result["video"] = str(record_video(policy, cfg, Path(run_dir) / "videos", seed))
     return result
@@ -41,6 +41,7 @@ def record_video(policy, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
     env = make_eval_env(cfg, num_envs=1, device="cpu")
     _check_renders(env, cfg.task)
     obs, _ = env.reset(seed=seed)
+    policy.reset()
     dt = env.control_dt
     every = max(1, round(1.0 / (fps * dt)))
     frames = []

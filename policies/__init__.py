@@ -11,11 +11,12 @@ from embodied.policies.actor_critic import (
     policy_spec,
     update_normalizer,
 )
+from embodied.policies.chunked import ChunkedActor, reset_policy
 from embodied.policies.export import ProgramPolicy
 from embodied.policies.normalizer import EmpiricalNormalizer
 from embodied.policies.residual import ResidualActor
 
-__all__ = ["DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor", "ProgramPolicy",
-           "ResidualActor",
+__all__ = ["ChunkedActor", "DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "GaussianActor",
+           "ProgramPolicy", "ResidualActor",
            "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec",
-           "update_normalizer"]
+           "reset_policy", "update_normalizer"]

@@ -245,6 +245,13 @@ class DeterministicPolicy(nn.Module):
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         return self.actor.act(obs)
 
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """New episodes in the envs of ``mask`` (all when None): a policy with per-env state (a chunk queue)
+        starts it over; any other has nothing to do."""
+        reset = getattr(self.actor, "reset", None)
+        if callable(reset):
+            reset(mask)
+
 
 POLICIES.register("gaussian_mlp", GaussianActor)
 POLICIES.register("squashed_gaussian_mlp", SquashedGaussianActor)

@@ -1,6 +1,6 @@
 """A frozen base policy plus a learned residual (ResiP, Ankile et al. 2024): ``a = clip(b + clip(scale * r, -limit,
 limit), -1, 1)`` with ``b = base.act(obs)`` and ``r = residual.act([obs, b])``, in normalized action units. The
-base is any actor ``build_policy`` rebuilds (a BC run, an RL run); its parameters never train."""
+base is any actor ``build_policy`` rebuilds (a BC run, chunked or not; an RL run); its parameters never train."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from embodied.policies.actor_critic import POLICIES, build_policy
+from embodied.policies.chunked import reset_policy
 
 
 class ResidualActor(nn.Module):
@@ -26,8 +27,13 @@ class ResidualActor(nn.Module):
         return self
 
     @torch.no_grad()
-    def base_action(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.base.act(obs)
+    def base_action(self, obs: torch.Tensor, peek: bool = False) -> torch.Tensor:
+        """The base's action; ``peek``: the one it would give, without advancing a chunked base's queues."""
+        return self.base.peek(obs) if peek and hasattr(self.base, "peek") else self.base.act(obs)
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """New episodes in the envs of ``mask`` (all when None): a chunked base empties their queues."""
+        reset_policy(self.base, mask)
 
     def combine(self, base_action: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return (base_action + (self.scale * residual).clamp(-self.limit, self.limit)).clamp(-1.0, 1.0)

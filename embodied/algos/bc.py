@@ -3,6 +3,10 @@ Minari dataset such as ``embodied collect-demos`` writes), in the offline runner
 step on a minibatch; ``total_steps`` counts gradient steps. The policy is the TD3 actor (``tanh`` output: actions
 in [-1, 1]) with its observation normalizer fitted on the whole dataset, so it exports like every policy.
 
+With ``bc.chunk=H`` (> 1) the policy is action-chunked (ACT style, ``policies/chunked.py``): it predicts the next
+``H`` actions of the demonstration from each step (the chunk padded with the episode's last action past its end)
+and executes the first ``bc.execute`` of them (default ``H // 2``) before it looks again.
+
 A tenth of the episodes (at least one) is held out: ``bc/val_loss`` is the action MSE on them."""
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from torch import nn
 from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transition
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
-from embodied.policies import DeterministicActor
+from embodied.policies import ChunkedActor, DeterministicActor
 
 VAL_EVERY = 200  # gradient steps between two held-out losses
 
@@ -29,6 +33,17 @@ class BCConfig:
     weight_decay: float = 1e-4
     max_grad_norm: float = 1.0
     holdout: float = 0.1  # fraction of the episodes held out for the validation loss
+    chunk: int = 1  # actions predicted per observation; 1: a per-step MLP policy
+    execute: int = 0  # of a chunk, the actions executed before the policy looks again; 0: chunk // 2 (at least 1)
+
+
+def chunk_targets(action: torch.Tensor, episode: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``[T, chunk, act_dim]``: for each step of a flat dataset (``episode [T]``: each step's episode index, episodes
+    contiguous) the actions of it and the ``chunk - 1`` steps after it, the episode's last action repeated past its
+    end."""
+    t = torch.arange(len(episode), device=action.device)
+    last = torch.zeros_like(episode).scatter_reduce(0, episode, t, "amax")[episode]  # each step's episode's end
+    return action[torch.minimum(t[:, None] + torch.arange(chunk, device=action.device), last[:, None])]
 
 
 class BC(Algorithm):
@@ -46,6 +61,8 @@ class BC(Algorithm):
             raise UserError("bc needs continuous (Box) actions")
         if cfg.batch_size < 1 or not 0 <= cfg.holdout < 1:
             raise UserError(f"bc: batch_size >= 1 and holdout in [0, 1), got {cfg.batch_size}, {cfg.holdout}")
+        if cfg.chunk < 1 or not 0 <= cfg.execute <= cfg.chunk:
+            raise UserError(f"bc: chunk >= 1 and execute in 0..chunk, got {cfg.chunk}, {cfg.execute}")
         data = read_transitions(ctx.data, ["policy"])
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
@@ -58,7 +75,11 @@ class BC(Algorithm):
         p = ctx.policy
         obs_dim, act_dim = data["state"].shape[1], data["action"].shape[1]
         torch.manual_seed(ctx.seed)
-        self.pi = DeterministicActor(obs_dim, act_dim, p.actor_hidden, p.activation, p.obs_normalization)
+        if cfg.chunk > 1:
+            self.pi = ChunkedActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, cfg.execute or max(1, cfg.chunk // 2),
+                                   p.activation, p.obs_normalization)
+        else:
+            self.pi = DeterministicActor(obs_dim, act_dim, p.actor_hidden, p.activation, p.obs_normalization)
         self.pi.to(self.device)
         self.opt = torch.optim.AdamW(self.pi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.generator = torch.Generator(device=self.device)
@@ -70,6 +91,8 @@ class BC(Algorithm):
         order = torch.randperm(n_ep, generator=torch.Generator().manual_seed(ctx.seed))
         val = torch.isin(episode, order[:n_val]).to(self.device)
         obs, action = data["state"].to(self.device), data["action"].clamp(-1.0, 1.0).to(self.device)
+        if cfg.chunk > 1:
+            action = chunk_targets(action, episode.to(self.device), cfg.chunk)
         self.obs, self.action = obs[~val], action[~val]
         self.val_obs, self.val_action = obs[val], action[val]
         if hasattr(self.pi.normalizer, "update"):

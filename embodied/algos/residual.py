@@ -107,9 +107,10 @@ class Residual:
         self.combined.to(self.device)
 
     def _augment(self, obs: Obs, b: torch.Tensor | None = None) -> tuple[Obs, torch.Tensor]:
-        """The learner's observation ``[obs, base action]`` (the base action ``b`` given where ``act`` made it)."""
+        """The learner's observation ``[obs, base action]`` (the base action ``b`` given where ``act`` made it;
+        otherwise the one the base would give, its chunk queues left as they are)."""
         if b is None:
-            b = self.combined.base_action(obs["policy"])
+            b = self.combined.base_action(obs["policy"], peek=True)
         out = {**obs, "policy": torch.cat([obs["policy"], b], -1)}
         out.setdefault("critic", obs["policy"])
         return out, b
@@ -124,6 +125,7 @@ class Residual:
     def observe(self, tr: Transition) -> None:
         aug, _ = self._augment(tr.obs, tr.extras["base"])  # the base acted on tr.obs in act: not run again
         next_aug, _ = self._augment(tr.next_obs)
+        self.combined.reset(tr.terminated | tr.truncated)  # a chunked base starts the new episodes' chunks afresh
         super().observe(dataclasses.replace(tr, obs=aug, next_obs=next_aug, action=tr.extras["residual"]))
 
     def actor(self) -> nn.Module:

@@ -4,6 +4,7 @@ checkpoints. Each paradigm's runner (on-policy, off-policy) owns only its short 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -13,7 +14,7 @@ from embodied.checkpoint import save_checkpoint
 from embodied.config import RunConfig, to_dict
 from embodied.evaluate import eval_seed, evaluate
 from embodied.metrics import MetricsLogger, plot_learning_curve
-from embodied.policies import policy_spec
+from embodied.policies import policy_spec, reset_policy
 from embodied.runtime.base import Collector
 
 STRICT_EPISODES = 200  # an evaluation this large decides the stop rule alone
@@ -105,8 +106,10 @@ class Runner:
         actor = self.algo.actor()
         was_training = actor.training
         actor.eval()
+        # a policy with per-env state (a chunk queue) restarts it here and again when the rollouts go on
         result = evaluate(actor.act, self._eval_env, seed=eval_seed(self.cfg, self.step),
-                          learner_device=self.cfg.learner_device)
+                          learner_device=self.cfg.learner_device, reset=partial(reset_policy, actor))
+        reset_policy(actor)
         actor.train(was_training)
         self.last_eval = result
         self.logger.log(self.step, {**result, "time/train_s": self.train_time})

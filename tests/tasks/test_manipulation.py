@@ -149,7 +149,8 @@ def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys, monkeypatch):
     assert len(err) == 2 and "exists" in err[0] and "no scripted expert" in err[1]
 
 
-def test_bc_learns_reach_from_demonstrations(tmp_path):
+@pytest.mark.parametrize("chunk", [1, 4])  # a per-step MLP; an action-chunked policy (4 predicted, 2 executed)
+def test_bc_learns_reach_from_demonstrations(tmp_path, chunk):
     import importlib.util
     from pathlib import Path
 
@@ -161,7 +162,8 @@ def test_bc_learns_reach_from_demonstrations(tmp_path):
     floors = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(floors)
     collect_demos("reach", 20, tmp_path / "demos", num_envs=8, seed=0)
-    cfg = load_config("reach", None, ["algo=bc", f"data={tmp_path / 'demos'}", "total_steps=600", "num_envs=1",
+    cfg = load_config("reach", None, ["algo=bc", f"data={tmp_path / 'demos'}", f"bc.chunk={chunk}",
+                                      "total_steps=600", "num_envs=1",
                                       "log.eval_every=0", "log.eval_episodes=50", "log.progress=false",
                                       "log.tensorboard=false"])
     _, summary = train(cfg, tmp_path / "run")

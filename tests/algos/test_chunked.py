@@ -1,0 +1,61 @@
+"""Action-chunked policies (issue 12): the chunk targets of a flat dataset, the per-env queues of ``act`` (executed
+open loop, restarted by ``reset``, not advanced by ``peek``), and a residual over a chunked base acting exactly as the
+base at initialization."""
+
+from __future__ import annotations
+
+import torch
+
+from embodied.algos.bc import chunk_targets
+from embodied.policies import ChunkedActor, ResidualActor, policy_spec
+from embodied.policies.actor_critic import DeterministicActor
+
+
+def test_chunk_targets_exact_values():
+    action = torch.tensor([[0.0], [1.0], [2.0], [10.0], [11.0]])  # episode 0: steps 0-2, episode 1: steps 3-4
+    episode = torch.tensor([0, 0, 0, 1, 1])
+    out = chunk_targets(action, episode, 3)[..., 0]
+    assert out.tolist() == [[0, 1, 2], [1, 2, 2], [2, 2, 2], [10, 11, 11], [11, 11, 11]]
+
+
+def _counting_actor() -> ChunkedActor:
+    """A chunk of ``tanh(obs[0] + k / 10)`` for k = 0..3: each action says which chunk and which step it is."""
+    pi = ChunkedActor(1, 1, [], horizon=4, execute=2)
+    with torch.no_grad():
+        pi.net[0].weight.fill_(1.0)
+        pi.net[0].bias.copy_(torch.arange(4) / 10)
+    return pi
+
+
+def test_chunk_queues_execute_reset_and_peek_per_env():
+    pi = _counting_actor()
+    a = lambda x: torch.atanh(pi.act(torch.tensor(x)[:, None]))[:, 0]  # noqa: E731
+    assert torch.allclose(a([0.0, 0.5]), torch.tensor([0.0, 0.5]), atol=1e-5)
+    # the second action of the same chunks, whatever the observation now
+    assert torch.allclose(a([0.9, 0.9]), torch.tensor([0.1, 0.6]), atol=1e-5)
+    assert torch.allclose(a([0.2, -0.3]), torch.tensor([0.2, -0.3]), atol=1e-5)  # executed 2: new chunks
+    pi.reset(torch.tensor([False, True]))  # env 1 starts a new episode: its queue is dropped
+    peeked = torch.atanh(pi.peek(torch.tensor([[0.7], [0.7]])))[:, 0]
+    assert torch.allclose(peeked, torch.tensor([0.3, 0.7]), atol=1e-5)  # peek: nothing advances
+    assert torch.allclose(a([0.7, 0.7]), torch.tensor([0.3, 0.7]), atol=1e-5)
+    pi.reset()
+    assert torch.allclose(a([-0.4, -0.4]), torch.tensor([-0.4, -0.4]), atol=1e-5)
+
+
+def test_a_residual_over_a_chunked_base_starts_as_the_base():
+    torch.manual_seed(0)
+    base = ChunkedActor(3, 2, [16], horizon=4, execute=3)
+    residual = DeterministicActor(5, 2, [16])
+    with torch.no_grad():
+        residual.net[-1].weight.zero_()
+        residual.net[-1].bias.zero_()
+    combined = ResidualActor(policy_spec(base), policy_spec(residual))
+    combined.base.load_state_dict(base.state_dict())
+    combined.residual.load_state_dict(residual.state_dict())
+    for t in range(7):
+        obs = torch.randn(4, 3)
+        assert torch.equal(combined.act(obs), base.act(obs)), t
+        if t == 4:
+            mask = torch.tensor([True, False, True, False])
+            combined.reset(mask)
+            base.reset(mask)
