@@ -4,8 +4,9 @@ joint targets for every world at once by damped least squares on the batched sit
 
 Action ``[dx, dy, dz, droll, dpitch, dyaw, gripper]`` in [-1, 1]: the first three scaled by ``max_translation``
 [m] and the next three by ``max_rotation`` [rad] form the commanded change of the end-effector pose over one
-control step, in the world frame (the rotation as an axis-angle vector); ``gripper`` -1 opens, +1 closes (LIBERO's
-sign). The arm's joint targets are ``q + J^T (J J^T + lambda^2 I)^-1 [dp; dw]``, clipped to the joint ranges."""
+control step, in the world frame (the rotation as an axis-angle vector); ``gripper``: its sign opens (<= 0) or
+closes (> 0) the fingers (LIBERO's sign; robosuite's gripper reads only the sign too, so a policy's gripper output
+is a decision, and a half-way value is no half-closed hand). The arm's joint targets are ``q + J^T (J J^T + lambda^2 I)^-1 [dp; dw]``, clipped to the joint ranges."""
 
 from __future__ import annotations
 
@@ -79,5 +80,6 @@ class DeltaPoseController:
         a = action.to(torch.float64).clamp(-1.0, 1.0)
         ctrl = torch.zeros(a.shape[0], self.sim.model.nu, dtype=torch.float64)
         ctrl[:, self.arm_act] = self.joint_targets(a[:, :3] * self.max_translation, a[:, 3:6] * self.max_rotation)
-        ctrl[:, self.finger_act] = (FINGER_OPEN * (1 - a[:, 6:7]) / 2).expand(-1, self.finger_act.numel())
+        closed = (a[:, 6:7] > 0).to(torch.float64)  # the command's sign, as robosuite's gripper reads it
+        ctrl[:, self.finger_act] = (FINGER_OPEN * (1 - closed)).expand(-1, self.finger_act.numel())
         return ctrl

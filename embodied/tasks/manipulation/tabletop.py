@@ -71,11 +71,12 @@ class PushConfig(TabletopConfig):
 class PickPlaceConfig(TabletopConfig):
     episode_steps: int = 120
     distractors: int = 2
-    # the cube anywhere in a 24 x 20 cm region at any yaw (a quarter turn: the cube's symmetry), the plate anywhere
-    # in a 20 x 12 cm region beside it (their regions leave the two apart)
-    object_xy: list[float] = field(default_factory=lambda: [0.12, 0.10])
+    # the cube anywhere in a 30 x 20 cm region at any yaw (a quarter turn: the cube's symmetry), the plate anywhere
+    # in a 24 x 12 cm region beside it (their regions leave the two apart), the arm's start +-0.1 rad a joint
+    object_xy: list[float] = field(default_factory=lambda: [0.15, 0.10])
     object_yaw: float = 0.785
-    goal_xy: list[float] = field(default_factory=lambda: [0.10, 0.06])
+    goal_xy: list[float] = field(default_factory=lambda: [0.12, 0.06])
+    arm_noise: float = 0.1
 
 
 @dataclass
