@@ -99,10 +99,10 @@ def test_success_predicates_on_built_states():
 
 
 @pytest.mark.parametrize("task, floor", [("reach", 1.0), ("push-to-goal", 0.9), ("pick-place", 0.9),
-                                         ("peg-insert", 0.5)])
+                                         ("peg-insert", 0.75)])
 def test_scripted_experts_succeed(task, floor):
     """One episode of each of 32 envs at the default noise (64-episode rates, seed 0: reach 100%, push 86%
-    (100% on another draw of starts), pick-place 98%, peg-insert 77%)."""
+    (100% on another draw of starts), pick-place 98%; peg-insert 92% on 128 episodes)."""
     import embodied
     from embodied.tasks.manipulation.experts import expert
 
