@@ -38,6 +38,9 @@ class ResidualPPOConfig(PPOConfig):
 class ResidualSACConfig(SACConfig):
     scale: float = 0.1
     limit: float = 0.1
+    # SAC's 0.5 pays more for the residual's entropy than a tabletop task pays per step for progress
+    init_alpha: float = 0.1
+    updates_per_step: float = 0.25
 
 
 def load_base(path: str, obs_dim: int, act_dim: int) -> dict:

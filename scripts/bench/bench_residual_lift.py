@@ -3,7 +3,8 @@
 - ``bc``: ``embodied collect-demos --episodes 50`` (default noise), then ``embodied train algo=bc data=DEMOS``
   (BC's defaults, ``--bc-steps`` gradient steps);
 - ``residual``: ``embodied train algo=residual-ppo base=BC_RUN`` for ``--steps`` env steps;
-- ``residual-bundle``: the same over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
+- ``residual-sac``: ``embodied train algo=residual-sac base=BC_RUN`` (16 envs) for the same env steps;
+- ``residual-bundle``: residual-sac over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
   ``base=BUNDLE``): the base known only as its ONNX graph;
 - ``scratch``: ``embodied train algo=ppo`` for the same env steps;
 
@@ -12,7 +13,7 @@ and >= 90% on pick-place, above scratch on both; demos + BC + residual within 30
 ``pipeline_wall_s``, from the first command's start). Resumable: one JSON per (task, variant, seed) under
 ``--out``; finished ones are skipped.
 
-    python scripts/bench/bench_residual_lift.py [--tasks pick-place peg-insert] [--seeds 0 1 2] [--steps 300000]
+    python scripts/bench/bench_residual_lift.py [--tasks pick-place peg-insert] [--seeds 0 1 2] [--steps 150000]
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _machine import emit, machine_info  # noqa: E402
 
 COMMON = ["log.progress=false", "log.eval_every=0", "log.checkpoint_every=0", "torch_threads=2"]
-RL = ["num_envs=64"]  # the same env count for residual and scratch
-VARIANTS = ("bc", "residual", "residual-bundle", "scratch")
+VARIANTS = {"bc": [], "residual": ["algo=residual-ppo", "num_envs=64"],
+            "residual-sac": ["algo=residual-sac", "num_envs=16"],
+            "residual-bundle": ["algo=residual-sac", "num_envs=16"], "scratch": ["algo=ppo", "num_envs=64"]}
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
@@ -60,7 +62,7 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="*", default=["pick-place", "peg-insert"])
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--steps", type=int, default=300_000, help="env steps of residual and scratch")
+    ap.add_argument("--steps", type=int, default=150_000, help="env steps of the residual and scratch learners")
     ap.add_argument("--bc-steps", type=int, default=5000, help="BC gradient steps")
     ap.add_argument("--timeout-s", type=float, default=3600.0)
     ap.add_argument("--out", default="bench_results/residual_lift")
@@ -98,9 +100,9 @@ def main() -> None:
                         _, export_wall = _run(["embodied", "export", "--run", str(bc_run), "--format", "onnx",
                                                "--out", str(bundle)], args.timeout_s)
                         bc_run = bundle
-                    algo = ["algo=residual-ppo", f"base={bc_run}"] if variant.startswith("residual") else ["algo=ppo"]
-                    _, wall = _train(task, run_dir, [*algo, f"seed={seed}", f"total_steps={args.steps}", *RL],
-                                     args.timeout_s)
+                    base = [f"base={bc_run}"] if variant.startswith("residual") else []
+                    _, wall = _train(task, run_dir, [*VARIANTS[variant], *base, f"seed={seed}",
+                                                     f"total_steps={args.steps}"], args.timeout_s)
                     row.update(env_steps=args.steps, train_wall_s=round(wall + export_wall, 1))
                 row["success"] = _eval(run_dir, args.timeout_s)
                 path.write_text(json.dumps(row, indent=1))
@@ -111,10 +113,12 @@ def main() -> None:
     pipeline = {}
     for task in args.tasks:
         for seed in args.seeds:
-            files = [out / f"{v}_{task}_seed{seed}.json" for v in ("bc", "residual")]
-            if all(f.exists() for f in files):
-                bc, res = (json.loads(f.read_text()) for f in files)
-                pipeline[f"{task}_seed{seed}"] = round(bc["demos_wall_s"] + bc["train_wall_s"] + res["train_wall_s"], 1)
+            for residual in ("residual", "residual-sac", "residual-bundle"):
+                files = [out / f"{v}_{task}_seed{seed}.json" for v in ("bc", residual)]
+                if all(f.exists() for f in files):
+                    bc, res = (json.loads(f.read_text()) for f in files)
+                    pipeline[f"{residual}_{task}_seed{seed}"] = round(
+                        bc["demos_wall_s"] + bc["train_wall_s"] + res["train_wall_s"], 1)
     emit({"bench": "residual_lift", "machine": machine_info(), "success": table, "pipeline_wall_s": pipeline,
           "runs": rows}, None)
 

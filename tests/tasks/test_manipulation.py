@@ -80,13 +80,16 @@ def test_success_predicates_on_built_states():
 
     env = embodied.make_env("pick-place", num_envs=3, seed=0)
     env.reset(seed=0)
-    plate = PickPlaceEnv.goal_start
+    plate = env.goal[:, :2].tolist()  # each env's plate, drawn at reset
+    assert len({tuple(p) for p in plate}) == 3
     top = 2 * PickPlaceEnv.PLATE[2] + CUBE
-    _place(env, 0, (plate[0] + 0.02, plate[1] - 0.03, top), yaw=0.3)  # on the plate, off centre, turned
-    _place(env, 1, (plate[0] + 0.07, plate[1], CUBE))  # on the table beside it
-    _place(env, 2, (plate[0], plate[1], top + 0.05))  # above it, falling
-    _, _, term, _, _ = env.step(OPEN.expand(3, -1))
+    _place(env, 0, (plate[0][0] + 0.02, plate[0][1] - 0.03, top), yaw=0.3)  # on the plate, off centre, turned
+    _place(env, 1, (plate[1][0] + 0.07, plate[1][1], CUBE))  # on the table beside it
+    _place(env, 2, (plate[2][0], plate[2][1], top + 0.05))  # above it, falling
+    _, reward, term, _, _ = env.step(OPEN.expand(3, -1))
     assert term.tolist() == [True, False, False]
+    # every term but the success bonus is a cost: lingering never pays more than finishing
+    assert float(reward[0]) > 9.0 and float(reward[1]) < -0.5 and float(reward[2]) < 0.0
 
     env = embodied.make_env("peg-insert", num_envs=3, seed=0)
     env.reset(seed=0)

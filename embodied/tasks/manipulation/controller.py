@@ -6,7 +6,8 @@ Action ``[dx, dy, dz, droll, dpitch, dyaw, gripper]`` in [-1, 1]: the first thre
 [m] and the next three by ``max_rotation`` [rad] form the commanded change of the end-effector pose over one
 control step, in the world frame (the rotation as an axis-angle vector); ``gripper``: its sign opens (<= 0) or
 closes (> 0) the fingers (LIBERO's sign; robosuite's gripper reads only the sign too, so a policy's gripper output
-is a decision, and a half-way value is no half-closed hand). The arm's joint targets are ``q + J^T (J J^T + lambda^2 I)^-1 [dp; dw]``, clipped to the joint ranges."""
+is a decision, and a half-way value is no half-closed hand). The arm's joint targets are
+``q + J^T (J J^T + lambda^2 I)^-1 [dp; dw]``, clipped to the joint ranges."""
 
 from __future__ import annotations
 
