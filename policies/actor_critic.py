@@ -248,9 +248,9 @@ class DeterministicPolicy(nn.Module):
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """New episodes in the envs of ``mask`` (all when None): a policy with per-env state (a chunk queue)
         starts it over; any other has nothing to do."""
-        reset = getattr(self.actor, "reset", None)
-        if callable(reset):
-            reset(mask)
+        from embodied.policies.chunked import reset_policy
+
+        reset_policy(self.actor, mask)
 
 
 POLICIES.register("gaussian_mlp", GaussianActor)
