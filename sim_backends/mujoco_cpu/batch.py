@@ -123,10 +123,14 @@ class MujocoBatch(SimBackend):
             out[i] = data.cfrc_ext
 
     def set_state_idx(self, env_ids: torch.Tensor, state: torch.Tensor) -> None:
-        """Reset ``env_ids`` to the model defaults with ``state = [qpos | qvel]``, then ``mj_forward``."""
+        """Reset ``env_ids`` to the model defaults with ``state = [qpos | qvel]``, then ``mj_forward``. Mocap poses
+        are no part of the state: the ones the task set are kept (``mj_resetData`` would restore the model's)."""
         ids = env_ids.cpu().numpy()
         nq = self.model.nq
+        mocap = [(f, self.bind(f)[ids].copy()) for f in ("mocap_pos", "mocap_quat")] if self.model.nmocap else []
         self.batch.reset(ids, stage=mujoco.mjtStage.mjSTAGE_NONE)
+        for f, kept in mocap:
+            self.bind(f)[ids] = kept
         self.qpos[env_ids] = state[:, :nq].to(torch.float64)
         self.qvel[env_ids] = state[:, nq:].to(torch.float64)
         self.batch.forward(ids)

@@ -202,10 +202,9 @@ class TabletopEnv(ManagedVecEnv):
             xy = torch.tensor(CLUTTER_SLOTS[i], dtype=F64) + self._uniform(k, [cfg.distractor_jitter] * 2)
             _place_upright(qpos, a, xy, CLUTTER, yaw)
         self.goal[env_ids] = self._sample_goal(k)
+        self._place_goal(env_ids)  # mocap poses: kept by the reset below, which forwards them too
         self.succeeded[env_ids] = False
         self.sim.set_state_idx(env_ids, torch.cat([qpos, torch.zeros(k, m.nv, dtype=F64)], 1))
-        self._place_goal(env_ids)  # after the reset, which restores the model's mocap poses
-        self.sim.batch.forward(env_ids.numpy())
         self.sim.ctrl[env_ids] = self.home_ctrl
 
     def _apply_action(self, action: torch.Tensor) -> None:
