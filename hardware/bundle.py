@@ -107,7 +107,7 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     import onnx
 
     from embodied.hardware.onnx_export import program_to_onnx
-    from embodied.policies.export import fold, program
+    from embodied.policies.export import fold, program, residual_op
     from embodied.provenance import code_commit, versions
 
     _check_format(fmt)
@@ -116,8 +116,8 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     actor = actor.eval()
     ops, obs_dim = program(actor)
     # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
-    residual = next(({"scale": float(op.attrs["scale"]), "limit": float(op.attrs["limit"])} for op in ops
-                     if op.kind == "residual_add"), None)
+    op = residual_op(ops)
+    residual = {"scale": float(op.attrs["scale"]), "limit": float(op.attrs["limit"])} if op is not None else None
     obs = np.ascontiguousarray(obs, np.float32)
     np.save(out / "observations.npy", obs)
     ref = actor.act(torch.from_numpy(obs)).numpy()

@@ -28,7 +28,7 @@ import numpy as np
 
 from embodied.core.errors import UserError
 from embodied.core.layout import Layout
-from embodied.policies.export import Op
+from embodied.policies.export import Op, residual_op
 
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror"]
 
@@ -188,10 +188,10 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy") 
         raise UserError(f"the policy maps {obs_dim} -> {act_dim}, the layout says "
                         f"{layout.group_size('policy')} -> {layout.action_size}")
     last = bufs[(len(ops) - 1) % 2]
-    residual = [op for op in ops if op.kind == "residual_add"]
+    residual = residual_op(ops)
     base_decl = base_def = ""
-    if residual:  # a residual over a base: the base's last action, which the deploy safety filter bounds against
-        base_buf = e.saved[int(residual[-1].attrs["index"])][0]
+    if residual is not None:  # a residual over a base: its base's last action, which the safety filter bounds against
+        base_buf = e.saved[int(residual.attrs["index"])][0]
         base_decl = (f"/* the base policy's action of the last forward/step ({act_dim} floats): a residual over a "
                      f"base */\nvoid {prefix}_base_action(float *out);\n")
         base_def = (f"\nvoid {prefix}_base_action(float *out) {{\n    int i;\n"

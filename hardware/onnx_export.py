@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from embodied.policies.export import Op
+from embodied.policies.export import Op, residual_op
 
 OPSET = 17
 
@@ -88,9 +88,9 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
             raise ValueError(f"no ONNX op for {op.kind!r}")
         x, dim = y, op.out_dim(dim)
     outputs = [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", dim])]
-    residual = [op for op in ops if op.kind == "residual_add"]
-    if residual:  # the base's action as a second output: the deploy safety filter bounds the residual with it
-        nodes.append(helper.make_node("Identity", [saved[int(residual[-1].attrs["index"])]], ["base_action"]))
+    residual = residual_op(ops)
+    if residual is not None:  # the base's action as a second output: the safety filter bounds the residual with it
+        nodes.append(helper.make_node("Identity", [saved[int(residual.attrs["index"])]], ["base_action"]))
         outputs.append(helper.make_tensor_value_info("base_action", TensorProto.FLOAT, ["batch", dim]))
     graph = helper.make_graph(
         nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])], outputs,

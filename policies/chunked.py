@@ -65,9 +65,10 @@ class ChunkedActor(nn.Module):
         if self._queue is None or self._queue.shape[0] != n:
             return self(obs)[:, 0]
         stale = self._next >= self.execute
-        fresh = self(obs)[:, 0]
-        queued = self._queue[torch.arange(n, device=obs.device), self._next.clamp(max=self.horizon - 1)]
-        return torch.where(stale[:, None], fresh, queued)
+        out = self._queue[torch.arange(n, device=obs.device), self._next.clamp(max=self.horizon - 1)]
+        if bool(stale.any()):  # only the envs that would look again run the network
+            out[stale] = self(obs[stale])[:, 0]
+        return out
 
 
 def reset_policy(policy: nn.Module, mask: torch.Tensor | None = None) -> None:

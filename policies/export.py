@@ -138,6 +138,11 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     return ops, int(actor.init_kwargs["obs_dim"])
 
 
+def residual_op(ops: list[Op]) -> Op | None:
+    """The ``residual_add`` op of a residual over a base (its ``index`` names the base's saved action), or None."""
+    return next((op for op in ops if op.kind == "residual_add"), None)
+
+
 def fold(ops: list[Op]) -> list[Op]:
     """The same program with every group op as the dense matrix its shared weights make."""
     out = []
