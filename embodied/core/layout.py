@@ -5,7 +5,9 @@ there, so nothing is written twice.
 
 A term's ``source`` says who provides it on a robot: ``"robot"`` terms are reported by the robot (its
 state estimate); ``"history"`` terms are the last ``history_len`` actions, kept by the deploy runner
-itself (oldest first, ``history_init`` after a reset), exactly as the task keeps them in simulation."""
+itself (oldest first, ``history_init`` after a reset), exactly as the task keeps them in simulation;
+``"instruction"`` terms are the embedding of a language instruction (``embodied.vla.text``), which the deploy side
+looks up for the instruction it is given."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def np_prod(shape) -> int:
         out *= int(v)
     return out
 
-SOURCES = ("robot", "history")
+SOURCES = ("robot", "history", "instruction")
 
 
 @dataclass(frozen=True)

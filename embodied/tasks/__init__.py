@@ -3,6 +3,6 @@
 from embodied.tasks.classic import pendulum, pendulum_pixels, target  # noqa: F401
 from embodied.tasks.driving import drive  # noqa: F401
 from embodied.tasks.locomotion import mujoco_v5  # noqa: F401
-from embodied.tasks.manipulation import tabletop  # noqa: F401
+from embodied.tasks.manipulation import mini_libero, tabletop  # noqa: F401
 from embodied.tasks.quadrotor import hover, rates  # noqa: F401
 from embodied.tasks.world_model import WorldModelEnv  # noqa: F401  (registers the wm:<task> family)

@@ -209,6 +209,14 @@ class PushExpert(Expert):
         return target, yaw, torch.ones(n, dtype=F64)
 
 
+class MiniLiberoExpert(PickExpert):
+    """The pick expert on each env's target cube (``env.object_pose``) towards its goal point, which follows a
+    support cube that moves; a lift ends at the carry height."""
+
+    def goal_target(self) -> torch.Tensor:
+        return self.env.goal_point()
+
+
 EXPERTS = {ReachEnv: ReachExpert, PushEnv: PushExpert, PickPlaceEnv: PickExpert, PegInsertEnv: PegExpert}
 
 

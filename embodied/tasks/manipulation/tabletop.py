@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 import torch
 
@@ -141,8 +142,10 @@ class TabletopEnv(ManagedVecEnv):
             self.geom_friction, self.body_mass = self.sim.expand("geom_friction"), self.sim.expand("body_mass")
             self.factors = torch.ones(self.num_envs, 2, dtype=F64)  # friction, mass
         self.clutter_qpos = [int(m.jnt_qposadr[m.body(f"clutter{i}").jntadr[0]]) for i in range(cfg.distractors)]
-        self._marker = int(m.body("goal").mocapid[0]) if m.body("goal").mocapid[0] >= 0 else None
+        goal_id = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "goal")  # a task may draw no goal marker
+        self._marker = int(m.body_mocapid[goal_id]) if goal_id >= 0 and m.body_mocapid[goal_id] >= 0 else None
         self.mocap_pos = self.sim.t("mocap_pos")
+        self._setup()
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (7,), dtype=np.float32)
         self.sim.batch.forward()
         obs = self._observe()
@@ -150,6 +153,9 @@ class TabletopEnv(ManagedVecEnv):
             {k: gym.spaces.Box(-np.inf, np.inf, (v.shape[1],), dtype=np.float32) for k, v in obs.items()})
 
     # ---- per task -----------------------------------------------------------------------------
+    def _setup(self) -> None:
+        """What a task looks up in the built model before the first observation (its bodies' indices)."""
+
     def scene(self) -> SceneSpec:
         return SceneSpec([Box("cube", (CUBE,) * 3, (*self.object_start, CUBE)),
                           Marker("goal", (*self.goal_start, 0.1))])

@@ -1,0 +1,372 @@
+"""``mini-libero``: a language-conditioned tabletop suite modelled on LIBERO's structure, on the Franka tabletop scene.
+
+One scene for every task: four cubes (red, green, blue, yellow; 4 cm), a plate (9 x 9 cm) and a tray (10 x 10 cm),
+both 1 cm high and placed per episode. 13 tasks in three groups, each with training phrasings and held-out
+paraphrases (``phrasing=heldout`` evaluates on those):
+
+- ``mini-libero-spatial`` (same objects, different layouts; LIBERO-Spatial): the cubes stand in a row across the
+  table or in a column along it, their colours shuffled, and the instruction names the cube by where it stands
+  (leftmost, rightmost, nearest the robot, farthest); it goes on the plate.
+- ``mini-libero-object`` (different target objects; LIBERO-Object): a 2 x 2 grid with shuffled colours; the
+  instruction names the cube by colour; it goes on the plate.
+- ``mini-libero-goal`` (same layout, different goals; LIBERO-Goal): the grid with fixed colours; the goal differs
+  (a cube on the plate, on the tray, on another cube, held up).
+- ``mini-libero``: all 13.
+
+Each env draws its task at every reset (uniformly from the suite's, from the env's generator), so one batch holds a
+mix. Initial-state randomization (robot frame: x away from the robot base, y to its left; [m], [rad]):
+
+- layouts: ``row`` slots y = -0.135 + 0.09 k (k = 0..3, k = 0 rightmost), x = 0.45, the row shifted by U(+-0.02)
+  in x and U(+-0.03) in y, each cube by U(+-0.008); plate (0.63, 0.08), tray (0.63, -0.08), each U(+-0.02).
+  ``column``: x = 0.36 + 0.085 k (k = 0 nearest the robot), y = -0.13, shifted by U(+-0.015) / U(+-0.03), each
+  cube U(+-0.008); plate (0.42, 0.12), tray (0.60, 0.12), each U(+-0.02). ``grid``: x in {0.40, 0.52}, y in
+  {-0.17, -0.05}, shifted U(+-0.02), each cube U(+-0.008); plate (0.42, 0.14), tray (0.60, 0.12), each U(+-0.02);
+- every cube's yaw U(+-0.785) (a quarter turn: its symmetry); the arm's joints U(+-arm_noise) about home.
+
+Success predicates: ``On(cube, support)`` is LIBERO's: the cube's centre over the support's top face, the cube at
+its resting height on it within 3 mm and slower than 5 cm/s (a support cube's top follows that cube);
+``Lifted(cube)``: the cube's centre 10 cm or more above the table.
+
+Observation groups: ``policy`` is the proprioception (grip point, its rotation, finger opening), then either the
+objects' state (``observation=state``: each cube's position and quarter-turn yaw features, the plate's and the
+tray's position) or the cameras' image (``observation=pixels``; agent view and wrist, stacked as channels), then the
+instruction's 384-d MiniLM embedding (a term whose ``source`` is ``instruction``); ``text`` is that embedding again,
+``[N, 384]`` float32; ``critic`` adds the objects' state, the goal point, the arm's joints and velocities.
+``info["instruction"]`` lists each env's instruction string after every reset and step."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from embodied.core.errors import UserError
+from embodied.core.layout import ActionTerm, Layout, Term
+from embodied.core.registry import TaskSpec, register_task
+from embodied.tasks.manipulation.tabletop import CUBE, F64, TabletopConfig, TabletopEnv, _place_upright, rot6
+from embodied.tasks.manipulation.scene import Box, SceneSpec
+
+COLOURS = ("red", "green", "blue", "yellow")
+CUBE_RGBA = ((0.85, 0.15, 0.15, 1.0), (0.15, 0.7, 0.2, 1.0), (0.15, 0.3, 0.9, 1.0), (0.95, 0.8, 0.1, 1.0))
+PLATE = (0.045, 0.045, 0.005)  # [m] half extents
+TRAY = (0.05, 0.05, 0.005)
+SUPPORTS = ("plate", "tray", *COLOURS)  # what a cube can be put on: index into this
+LIFT_HEIGHT = 0.10  # [m] Lifted: the cube's centre this far above the table
+LIFT_GOAL = 0.14  # [m] the goal point of a lift (where the expert carries it)
+TEXT_DIM = 384
+
+
+@dataclass(frozen=True)
+class MiniTask:
+    """One task: its group, where the objects stand, which cube, where it goes, and how it is said."""
+
+    name: str
+    group: str  # spatial | object | goal
+    layout: str  # row | column | grid
+    colours: str  # shuffled | fixed (red, green, blue, yellow in slots 0..3)
+    target: str  # a colour, or "slot<k>": the cube standing in slot k
+    goal: str  # a support (plate, tray, a colour: on that cube) or "lift"
+    phrasings: tuple[str, ...]  # training instructions
+    paraphrases: tuple[str, ...]  # held out
+
+
+def _spatial(name, layout, slot, where, nearest):
+    return MiniTask(name, "spatial", layout, "shuffled", f"slot{slot}", "plate",
+                    (f"pick up the {where} cube and place it on the plate", f"put the {nearest} on the plate"),
+                    (f"move the {where.replace('most', '-most')} block onto the plate",))
+
+
+TASK_LIST = (
+    _spatial("spatial-leftmost", "row", 3, "leftmost", "cube on the far left"),
+    _spatial("spatial-rightmost", "row", 0, "rightmost", "cube on the far right"),
+    MiniTask("spatial-nearest", "spatial", "column", "shuffled", "slot0", "plate",
+             ("pick up the cube closest to the robot and place it on the plate", "put the nearest cube on the plate"),
+             ("move the block nearest to you onto the plate",)),
+    MiniTask("spatial-farthest", "spatial", "column", "shuffled", "slot3", "plate",
+             ("pick up the cube farthest from the robot and place it on the plate",
+              "put the farthest cube on the plate"),
+             ("move the most distant block onto the plate",)),
+    *(MiniTask(f"object-{c}", "object", "grid", "shuffled", c, "plate",
+               (f"pick up the {c} cube and place it on the plate", f"put the {c} cube on the plate"),
+               (f"move the {c} block onto the plate",)) for c in COLOURS),
+    MiniTask("goal-red-plate", "goal", "grid", "fixed", "red", "plate",
+             ("put the red cube on the plate", "place the red cube on the plate"),
+             ("set the red block down on the plate",)),
+    MiniTask("goal-red-tray", "goal", "grid", "fixed", "red", "tray",
+             ("put the red cube on the tray", "place the red cube in the tray"),
+             ("set the red block down in the tray",)),
+    MiniTask("goal-stack-green-blue", "goal", "grid", "fixed", "green", "blue",
+             ("stack the green cube on the blue cube", "put the green cube on top of the blue cube"),
+             ("place the green block on the blue block",)),
+    MiniTask("goal-yellow-tray", "goal", "grid", "fixed", "yellow", "tray",
+             ("put the yellow cube on the tray", "place the yellow cube in the tray"),
+             ("set the yellow block down in the tray",)),
+    MiniTask("goal-lift-blue", "goal", "grid", "fixed", "blue", "lift",
+             ("pick up the blue cube and hold it up", "lift the blue cube"),
+             ("raise the blue block off the table",)),
+)
+TASKS_BY_NAME = {t.name: t for t in TASK_LIST}
+GROUPS = ("spatial", "object", "goal")
+LAYOUTS = ("row", "column", "grid")
+
+
+@dataclass
+class MiniLiberoConfig(TabletopConfig):
+    episode_steps: int = 150
+    arm_noise: float = 0.05
+    tasks: list[str] = field(default_factory=list)  # task names of the suite to draw from; empty: all of it
+    phrasing: str = "train"  # train | heldout: which instructions an episode draws
+    observation: str = "state"  # state | pixels
+    image_size: int = 64  # [px] square camera images (pixels)
+    success_bonus: float = 10.0
+
+
+def _layout_slots(layout: str, k: int, uniform) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cube slots ``[k, 4, 2]``, plate and tray centres ``[k, 2]`` of one layout for ``k`` envs."""
+    if layout == "row":
+        base = torch.tensor([[0.45, -0.135 + 0.09 * i] for i in range(4)], dtype=F64)
+        shift, plate, tray = uniform(k, [0.02, 0.03]), (0.63, 0.08), (0.63, -0.08)
+    elif layout == "column":
+        base = torch.tensor([[0.36 + 0.085 * i, -0.13] for i in range(4)], dtype=F64)
+        shift, plate, tray = uniform(k, [0.015, 0.03]), (0.42, 0.12), (0.60, 0.12)
+    else:  # grid
+        base = torch.tensor([[x, y] for x in (0.40, 0.52) for y in (-0.17, -0.05)], dtype=F64)
+        shift, plate, tray = uniform(k, [0.02, 0.02]), (0.42, 0.14), (0.60, 0.12)
+    slots = base + shift[:, None] + uniform(k * 4, [0.008, 0.008]).view(k, 4, 2)
+    return (slots, torch.tensor(plate, dtype=F64) + uniform(k, [0.02, 0.02]),
+            torch.tensor(tray, dtype=F64) + uniform(k, [0.02, 0.02]))
+
+
+class MiniLiberoEnv(TabletopEnv):
+    object_name = None
+
+    def __init__(self, cfg: MiniLiberoConfig, num_envs: int, device="cpu", seed: int = 0):
+        from embodied.vla.text import InstructionTable
+
+        suite = [t for t in TASK_LIST if self.group in ("all", t.group)]
+        if cfg.tasks:
+            unknown = [n for n in cfg.tasks if n not in {t.name for t in suite}]
+            if unknown:
+                raise UserError(f"{self.task_name}: unknown task(s) {', '.join(unknown)}; its tasks: "
+                                f"{', '.join(t.name for t in suite)}")
+            suite = [t for t in suite if t.name in cfg.tasks]
+        if cfg.phrasing not in ("train", "heldout"):
+            raise UserError(f"phrasing must be train or heldout, got {cfg.phrasing!r}")
+        if cfg.observation not in ("state", "pixels"):
+            raise UserError(f"observation must be state or pixels, got {cfg.observation!r}")
+        self.suite = suite
+        self.instructions = InstructionTable([s for t in TASK_LIST for s in (*t.phrasings, *t.paraphrases)])
+        phr = [t.phrasings if cfg.phrasing == "train" else t.paraphrases for t in suite]
+        self.phrase_rows = [torch.tensor([self.instructions.index[s] for s in p]) for p in phr]
+        # per task: layout index, whether colours are shuffled, target (colour index or slot), goal support or lift
+        self.t_layout = torch.tensor([LAYOUTS.index(t.layout) for t in suite])
+        self.t_shuffled = torch.tensor([t.colours == "shuffled" for t in suite])
+        self.t_slot = torch.tensor([int(t.target[4:]) if t.target.startswith("slot") else -1 for t in suite])
+        self.t_colour = torch.tensor([COLOURS.index(t.target) if t.target in COLOURS else -1 for t in suite])
+        self.t_support = torch.tensor([SUPPORTS.index(t.goal) if t.goal != "lift" else -1 for t in suite])
+        n = num_envs
+        self.task_id = torch.zeros(n, dtype=torch.long)
+        self.target = torch.zeros(n, dtype=torch.long)  # the cube to move (colour index)
+        self.support = torch.zeros(n, dtype=torch.long)  # index into SUPPORTS, -1: lift
+        self.instruction_row = torch.zeros(n, dtype=torch.long)
+        self.start_xy = torch.zeros(n, 2, dtype=F64)  # the target cube's start (a lift's goal is above it)
+        self.surface_xy = torch.zeros(n, 2, 2, dtype=F64)  # plate and tray centres
+        super().__init__(cfg, num_envs, device, seed)
+
+    # ---- scene -------------------------------------------------------------------------------
+    def scene(self) -> SceneSpec:
+        cubes = [Box(c, (CUBE,) * 3, (0.45, -0.135 + 0.09 * i, CUBE), rgba=CUBE_RGBA[i], mass=0.05)
+                 for i, c in enumerate(COLOURS)]
+        return SceneSpec([*cubes, Box("plate", PLATE, (0.63, 0.08, PLATE[2]), rgba=(0.92, 0.92, 0.9, 1), mass=0,
+                                      movable=True),
+                          Box("tray", TRAY, (0.63, -0.08, TRAY[2]), rgba=(0.25, 0.22, 0.2, 1), mass=0, movable=True)])
+
+    def _setup(self) -> None:
+        m = self.sim.model
+        self.cube_body = torch.tensor([m.body(c).id for c in COLOURS])
+        self.cube_qpos = [int(m.jnt_qposadr[m.body(c).jntadr[0]]) for c in COLOURS]
+        self.cube_dof = torch.tensor([int(m.jnt_dofadr[m.body(c).jntadr[0]]) for c in COLOURS])
+        self.surface_mocap = [int(m.body(s).mocapid[0]) for s in ("plate", "tray")]
+
+    # ---- the state of a task -------------------------------------------------------------------
+    def cube_poses(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions ``[N, 4, 3]`` and rotations ``[N, 4, 3, 3]`` of the cubes (colour order)."""
+        return self.xpos[:, self.cube_body].clone(), self.xmat[:, self.cube_body].reshape(-1, 4, 3, 3).clone()
+
+    def object_pose(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pose of each env's target cube (what the expert picks)."""
+        pos, rot = self.cube_poses()
+        rows = torch.arange(self.num_envs)
+        return pos[rows, self.target], rot[rows, self.target]
+
+    def goal_point(self) -> torch.Tensor:
+        """``[N, 3]``: where the target cube's centre rests when the goal holds (a lift: where it is held), as of
+        now (a support cube may have moved)."""
+        pos, _ = self.cube_poses()
+        rows = torch.arange(self.num_envs)
+        on_cube = (self.support >= 2)
+        cube_top = pos[rows, (self.support - 2).clamp_min(0)]
+        surface = self.surface_xy[rows, self.support.clamp(0, 1)]
+        xy = torch.where(on_cube[:, None], cube_top[:, :2], surface)
+        z = torch.where(on_cube, cube_top[:, 2] + 2 * CUBE, torch.full_like(cube_top[:, 2], 2 * PLATE[2] + CUBE))
+        goal = torch.cat([xy, z[:, None]], 1)
+        lift = torch.cat([self.start_xy, torch.full((self.num_envs, 1), LIFT_GOAL, dtype=F64)], 1)
+        return torch.where((self.support < 0)[:, None], lift, goal)
+
+    def _success(self) -> torch.Tensor:
+        obj, _ = self.object_pose()
+        rows = torch.arange(self.num_envs)
+        goal = self.goal_point()
+        half = torch.tensor([PLATE[0], TRAY[0], CUBE, CUBE, CUBE, CUBE], dtype=F64)[self.support.clamp_min(0)]
+        over = ((obj[:, :2] - goal[:, :2]).abs() < half[:, None]).all(1)
+        speed = self.sim.qvel[rows[:, None], self.cube_dof[self.target][:, None] + torch.arange(3)].norm(dim=1)
+        resting = ((obj[:, 2] - goal[:, 2]).abs() < 0.003) & (speed < 0.05)
+        lifted = obj[:, 2] > LIFT_HEIGHT
+        return torch.where(self.support < 0, lifted, over & resting)
+
+    # ---- ManagedVecEnv hooks ---------------------------------------------------------------------
+    def _reset_idx(self, env_ids: torch.Tensor) -> None:
+        k, m, cfg = env_ids.numel(), self.sim.model, self.cfg
+        tid = torch.randint(len(self.suite), (k,), generator=self.generator)
+        qpos = self.home.expand(k, -1).clone()
+        qpos[:, :7] += self._uniform(k, [cfg.arm_noise] * 7)
+        slots = torch.zeros(k, 4, 2, dtype=F64)
+        surfaces = torch.zeros(k, 2, 2, dtype=F64)
+        lay = self.t_layout[tid]
+        for li, name in enumerate(LAYOUTS):  # one batched draw per layout
+            sel = (lay == li).nonzero().squeeze(-1)
+            if sel.numel():
+                s, p, t = _layout_slots(name, sel.numel(), self._uniform)
+                slots[sel], surfaces[sel, 0], surfaces[sel, 1] = s, p, t
+        # colour c stands in slot perm[c]: shuffled, or the fixed order
+        perm = torch.rand(k, 4, generator=self.generator).argsort(1)
+        perm = torch.where(self.t_shuffled[tid][:, None], perm, torch.arange(4).expand(k, 4))
+        xy = slots.gather(1, perm[:, :, None].expand(k, 4, 2))  # [k, colour, 2]
+        yaw = self._uniform(k * 4, [math.pi / 4]).view(k, 4)
+        for c, adr in enumerate(self.cube_qpos):
+            _place_upright(qpos, adr, xy[:, c], CUBE, yaw[:, c])
+        slot = self.t_slot[tid]
+        by_slot = (perm == slot.clamp_min(0)[:, None]).float().argmax(1)  # the colour standing in that slot
+        target = torch.where(slot >= 0, by_slot, self.t_colour[tid])
+        phrase = torch.stack([self.phrase_rows[int(t)][int(torch.randint(len(self.phrase_rows[int(t)]), (1,),
+                                                                                 generator=self.generator))]
+                              for t in tid]) if k else torch.zeros(0, dtype=torch.long)
+        self.task_id[env_ids], self.target[env_ids], self.support[env_ids] = tid, target, self.t_support[tid]
+        self.instruction_row[env_ids] = phrase
+        self.start_xy[env_ids] = xy[torch.arange(k), target]
+        self.surface_xy[env_ids] = surfaces
+        self._place_goal(env_ids)
+        self.succeeded[env_ids] = False
+        self.sim.set_state_idx(env_ids, torch.cat([qpos, torch.zeros(k, m.nv, dtype=F64)], 1))
+        self.sim.ctrl[env_ids] = self.home_ctrl
+
+    def _place_goal(self, env_ids: torch.Tensor) -> None:
+        for i, (mocap, half) in enumerate(zip(self.surface_mocap, (PLATE, TRAY))):
+            self.mocap_pos[env_ids, mocap, :2] = self.surface_xy[env_ids, i]
+            self.mocap_pos[env_ids, mocap, 2] = half[2]
+
+    def _objects_state(self) -> torch.Tensor:
+        pos, rot = self.cube_poses()
+        yaw = torch.atan2(rot[..., 1, 0], rot[..., 0, 0])
+        cubes = torch.cat([pos, torch.cos(4 * yaw)[..., None], torch.sin(4 * yaw)[..., None]], 2).flatten(1)
+        surfaces = torch.cat([self.surface_xy, torch.tensor([2 * PLATE[2], 2 * TRAY[2]], dtype=F64)
+                              .expand(self.num_envs, 2)[..., None]], 2).flatten(1)
+        return torch.cat([cubes, surfaces], 1)
+
+    def _observe(self):
+        grip, rot = self.controller.ee_pose()
+        proprio = torch.cat([grip, rot6(rot), self.finger_opening()[:, None]], 1)
+        objects = self._objects_state()
+        text = self.instructions.embed(self.instruction_row)
+        if self.cfg.observation == "pixels":
+            raise UserError("mini-libero observation=pixels: the cameras come with the batched renderer")
+        policy = torch.cat([proprio.float(), objects.float(), text], 1)
+        s, c = self.sim, self.controller
+        critic = torch.cat([proprio, objects, self.goal_point(), s.qpos[:, c.arm_qpos], s.qvel[:, c.arm_dof]], 1)
+        return {"policy": policy, "critic": torch.cat([critic.float(), text], 1), "text": text.clone()}
+
+    def _compute(self, action: torch.Tensor):
+        from embodied.core.base import StepTerms
+
+        grip, _ = self.controller.ee_pose()
+        obj, _ = self.object_pose()
+        goal = self.goal_point()
+        success = self._success()
+        lifted = (obj[:, 2] > CUBE + 0.01).to(F64)
+        terms = {"reach": -0.5 * (obj - grip).norm(dim=1), "lift": -0.5 * (1.0 - lifted),
+                 "place": -(goal - obj).norm(dim=1),
+                 "action": -self.cfg.action_cost * (action.to(F64) ** 2).sum(1),
+                 "success": self.cfg.success_bonus * success.to(F64)}
+        self.succeeded = success.clone()
+        pos, _ = self.cube_poses()
+        dropped = (pos[:, :, 2] < -0.05).any(1)
+        terms["dropped"] = -self.cfg.success_bonus * dropped.to(F64)
+        metrics = {"success_rate": success.to(F64), "dropped": dropped.to(F64)}
+        return StepTerms(terms, success | dropped, metrics)
+
+    def _final_info(self, done):
+        return {"success": self.succeeded.float(), "task_id": self.task_id.float()}
+
+    def step(self, action):
+        out = super().step(action)
+        out[4]["instruction"] = self.instruction_strings()
+        return out
+
+    def reset(self, seed=None):
+        obs, info = super().reset(seed)
+        info["instruction"] = self.instruction_strings()
+        return obs, info
+
+    def instruction_strings(self) -> list[str]:
+        return [self.instructions.texts[int(i)] for i in self.instruction_row]
+
+    @property
+    def task_names(self) -> list[str]:
+        return [t.name for t in self.suite]
+
+    # ---- layout and checkpoints -----------------------------------------------------------------
+    def layout(self) -> Layout:
+        proprio = (Term("grip_pos", 3, "m", "world", "the grip point between the finger pads"),
+                   Term("grip_rot6", 6, "1", "world", "first two columns of the gripper's rotation"),
+                   Term("finger_opening", 1, "m", "", "distance between the finger pads"))
+        objects = (*(Term(f"{c}_cube", 5, "m|1", "world", "position, cos and sin of 4 x yaw") for c in COLOURS),
+                   Term("plate_pos", 3, "m", "world"), Term("tray_pos", 3, "m", "world"))
+        text = Term("instruction", TEXT_DIM, "1", "", "MiniLM embedding of the instruction", source="instruction")
+        action = (ActionTerm("ee_translation", 3, "m", scale=self.cfg.max_translation),
+                  ActionTerm("ee_rotation", 3, "rad", scale=self.cfg.max_rotation),
+                  ActionTerm("gripper", 1, "1", description="> 0 closes"))
+        obs = {"policy": (*proprio, *objects, text),
+               "critic": (*proprio, *objects, Term("goal_point", 3, "m", "world"),
+                          Term("arm_qpos", 7, "rad"), Term("arm_qvel", 7, "rad/s"), text),
+               "text": (text,)}
+        return Layout(obs, action, self.cfg.control_hz, notes=f"tasks: {', '.join(self.task_names)}",
+                      extras={"instructions": self.instructions.texts})
+
+    def state_dict(self) -> dict:
+        state = {**super().state_dict()}
+        for key in ("task_id", "target", "support", "instruction_row", "start_xy", "surface_xy"):
+            state[key] = getattr(self, key).clone()
+        return state
+
+    def load_state_dict(self, state) -> None:
+        for key in ("task_id", "target", "support", "instruction_row", "start_xy", "surface_xy"):
+            getattr(self, key).copy_(state[key])
+        super().load_state_dict(state)
+
+
+def _expert(env, **kwargs):
+    from embodied.tasks.manipulation.experts import MiniLiberoExpert
+
+    return MiniLiberoExpert(env, **kwargs)
+
+
+SUITES = {"mini-libero": "all", **{f"mini-libero-{g}": g for g in GROUPS}}
+for _name, _group in SUITES.items():
+    _cls = type(f"MiniLibero{_group.capitalize()}Env", (MiniLiberoEnv,), {"group": _group, "task_name": _name})
+    register_task(TaskSpec(name=_name, make=_cls, config_cls=MiniLiberoConfig,
+                           description=f"language-conditioned Franka tabletop suite ({_group}): "
+                                       f"{sum(_group in ('all', t.group) for t in TASK_LIST)} tasks",
+                           backends=("mujoco_cpu",), success_metric="success", default_algo="bc",
+                           tags=("mujoco", "manipulation", "language"), expert=_expert))
