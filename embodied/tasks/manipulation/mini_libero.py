@@ -39,14 +39,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from embodied.core.errors import UserError
 from embodied.core.layout import ActionTerm, Layout, Term
 from embodied.core.registry import TaskSpec, register_task
-from embodied.tasks.manipulation.tabletop import CUBE, F64, TabletopConfig, TabletopEnv, _place_upright, rot6
 from embodied.tasks.manipulation.scene import Box, SceneSpec
+from embodied.tasks.manipulation.tabletop import CUBE, F64, TabletopConfig, TabletopEnv, _place_upright, rot6
 
 COLOURS = ("red", "green", "blue", "yellow")
 CUBE_RGBA = ((0.85, 0.15, 0.15, 1.0), (0.15, 0.7, 0.2, 1.0), (0.15, 0.3, 0.9, 1.0), (0.95, 0.8, 0.1, 1.0))
