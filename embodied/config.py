@@ -27,7 +27,23 @@ from embodied.core.registry import TASKS
 
 
 @dataclass
+class VLAConfig:
+    """The vision-language-action policy (``policy.arch=vla``; ``embodied/vla/model.py``)."""
+
+    vision: str = "cnn"  # cnn (FiLM-conditioned) | vit: the image encoder where the task has an image term
+    width: int = 256  # trunk width
+    head: str = "tokens"  # tokens (256 bins per action dimension) | continuous (Gaussian chunk)
+    bins: int = 256
+    chunk: int = 1  # actions predicted per observation (> 1: the rest of the chunk is an auxiliary target unless executed)
+    execute: int = 1  # of a chunk, the actions executed before the policy looks again (RL acts on the first)
+    label_smoothing: float = 0.0  # behaviour cloning on tokens: mixed with a uniform over the bins
+    label_sigma: float = 0.0  # [bins] behaviour cloning on tokens: targets spread as a Gaussian over nearby bins
+
+
+@dataclass
 class PolicyConfig:
+    arch: str = "mlp"  # mlp | vla (a language-conditioned task's vision-language-action policy)
+    vla: VLAConfig = field(default_factory=VLAConfig)
     actor_hidden: list[int] = field(default_factory=lambda: [64, 64])
     critic_hidden: list[int] = field(default_factory=lambda: [64, 64])
     activation: str = "tanh"  # tanh | elu | relu

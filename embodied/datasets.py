@@ -164,12 +164,25 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
     env = embodied.make_env(task, num_envs=num_envs, seed=seed)
     act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed)
     kept, played, succeeded = [], 0, 0
+    # a suite of tasks (its envs report each episode's ``task_id``): the episodes spread round-robin over its
+    # tasks, task k keeping episodes // T (+ 1 for the first episodes % T tasks)
+    names = list(getattr(env, "task_names", []))
+    quota = [episodes // len(names) + (k < episodes % len(names)) for k in range(len(names))] if names else []
+    per_task = {n: [0, 0, 0] for n in names}  # played, succeeded, kept
     for round_ in range(20):  # an expert that succeeds in 1 of 20 attempts or less gives up: say so
-        batch = record_episodes(env, act, max(episodes - len(kept), num_envs), seed=seed + 1000 * round_)
+        want = episodes - len(kept)
+        batch = record_episodes(env, act, max(2 * want if names else want, num_envs), seed=seed + 1000 * round_)
         for ep in batch:
             ok = ep["outcome"].get(spec.success_metric or "", 1.0) > 0.5
             played, succeeded = played + 1, succeeded + ok
-            if (ok or keep_failures) and len(kept) < episodes:
+            room = len(kept) < episodes
+            if names:
+                k = int(ep["outcome"]["task_id"])
+                tally = per_task[names[k]]
+                tally[0], tally[1] = tally[0] + 1, tally[1] + ok
+                room = tally[2] < quota[k]
+                tally[2] += bool((ok or keep_failures) and room)
+            if (ok or keep_failures) and room:
                 kept.append(ep)
         if len(kept) >= episodes:
             break
@@ -181,4 +194,6 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
                  expert_episodes=played)
     return {"dataset": str(out), "task": task, "episodes": len(kept), "expert_episodes": played,
             "expert_success_rate": round(succeeded / played, 4),
+            **({"per_task": {n: {"episodes": t[2], "expert_success_rate": round(t[1] / max(t[0], 1), 4)}
+                             for n, t in per_task.items()}} if names else {}),
             "steps": int(sum(len(ep["actions"]) for ep in kept))}

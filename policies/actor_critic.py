@@ -66,7 +66,9 @@ def update_normalizer(actor: nn.Module, obs: torch.Tensor) -> None:
     """Feed ``obs`` to the actor's running normalizer, if it has one; an equivariant actor's sees
     every group image, so its statistics stay symmetric and normalizing commutes with the group."""
     if hasattr(actor.normalizer, "update"):
-        actor.normalizer.update(actor.net.orbit(obs) if isinstance(actor.net, GroupMLP) else obs)
+        if hasattr(actor, "normalizer_input"):  # a normalizer over part of the observation (the VLA's state)
+            obs = actor.normalizer_input(obs)
+        actor.normalizer.update(actor.net.orbit(obs) if isinstance(getattr(actor, "net", None), GroupMLP) else obs)
 
 
 class GaussianActor(nn.Module):

@@ -21,7 +21,7 @@ from torch import nn
 from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transition
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
-from embodied.policies import ChunkedActor, DeterministicActor
+from embodied.policies import ChunkedActor, DeterministicActor, update_normalizer
 
 VAL_EVERY = 200  # gradient steps between two held-out losses
 
@@ -75,7 +75,14 @@ class BC(Algorithm):
         p = ctx.policy
         obs_dim, act_dim = data["state"].shape[1], data["action"].shape[1]
         torch.manual_seed(ctx.seed)
-        if cfg.chunk > 1:
+        self.description: dict = {}
+        if p.arch == "vla":  # a language-conditioned policy: bins (or a Gaussian chunk) over its own chunk
+            from embodied.vla.build import build_vla
+
+            self.pi = build_vla(ctx, act_dim)
+            self.description = getattr(self.pi, "description", {})
+            self.pi.fit_action_range(data["action"].clamp(-1.0, 1.0))
+        elif cfg.chunk > 1:
             self.pi = ChunkedActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, cfg.execute or max(1, cfg.chunk // 2),
                                    p.activation, p.obs_normalization)
         else:
@@ -91,14 +98,15 @@ class BC(Algorithm):
         order = torch.randperm(n_ep, generator=torch.Generator().manual_seed(ctx.seed))
         val = torch.isin(episode, order[:n_val]).to(self.device)
         obs, action = data["state"].to(self.device), data["action"].clamp(-1.0, 1.0).to(self.device)
-        if cfg.chunk > 1:
-            action = chunk_targets(action, episode.to(self.device), cfg.chunk)
+        horizon = getattr(self.pi, "horizon", 1)
+        if horizon > 1 or hasattr(self.pi, "bc_loss"):
+            action = chunk_targets(action, episode.to(self.device), horizon)
         self.obs, self.action = obs[~val], action[~val]
         self.val_obs, self.val_action = obs[val], action[val]
-        if hasattr(self.pi.normalizer, "update"):
-            self.pi.normalizer.update(self.obs)
+        update_normalizer(self.pi, self.obs)
         self.num_updates = 0
         self._val_loss = float("nan")
+        self.label_smoothing, self.label_sigma = p.vla.label_smoothing, p.vla.label_sigma
 
     def act(self, obs: Obs) -> torch.Tensor:
         return self.pi.act(obs["policy"])
@@ -108,7 +116,7 @@ class BC(Algorithm):
 
     def update(self) -> dict[str, float]:
         idx = torch.randint(self.obs.shape[0], (self.cfg.batch_size,), generator=self.generator, device=self.device)
-        loss = ((self.pi(self.obs[idx]) - self.action[idx]) ** 2).mean()
+        loss = self.loss(self.obs[idx], self.action[idx])
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)
@@ -116,9 +124,18 @@ class BC(Algorithm):
         self.num_updates += 1
         if self.val_obs.shape[0] and self.num_updates % VAL_EVERY == 1:
             with torch.no_grad():
-                self._val_loss = float(((self.pi(self.val_obs) - self.val_action) ** 2).mean())
-        return {"bc/loss": float(loss.detach()), "bc/val_loss": self._val_loss,
-                "bc/dataset_steps": float(self.obs.shape[0])}
+                self._val_loss = float(self.loss(self.val_obs, self.val_action))
+        out = {"bc/loss": float(loss.detach()), "bc/val_loss": self._val_loss,
+               "bc/dataset_steps": float(self.obs.shape[0])}
+        if self.num_updates == 1:  # the policy's size and speed, once in the run's metrics
+            out.update({f"policy/{k}": float(v) for k, v in self.description.items()})
+        return out
+
+    def loss(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The policy's own cloning loss where it has one (the VLA's cross-entropy on bins), else the action MSE."""
+        if hasattr(self.pi, "bc_loss"):
+            return self.pi.bc_loss(obs, target, self.label_smoothing, self.label_sigma)
+        return ((self.pi(obs) - target) ** 2).mean()
 
     def actor(self) -> nn.Module:
         return self.pi

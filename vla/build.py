@@ -1,0 +1,47 @@
+"""The VLA policy of a run (``policy.arch=vla``), from the task's layout: its instruction term and image term."""
+
+from __future__ import annotations
+
+import sys
+
+from embodied.core.errors import UserError
+from embodied.vla.model import VLAPolicy, describe
+
+
+def instruction_term(layout, group: str = "policy") -> list[int] | None:
+    """``[start, size]`` of the group's instruction term (``source="instruction"``), or None."""
+    if layout is None or group not in layout.observation:
+        return None
+    slices = layout.slices(group)
+    for t in layout.terms(group):
+        if t.source == "instruction":
+            return [slices[t.name].start, t.size]
+    return None
+
+
+def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
+    """A fresh VLA for the run of ``ctx`` (a ``BuildContext``); ``announce`` prints its size and latency."""
+    cfg = ctx.policy.vla
+    text = instruction_term(ctx.layout)
+    if text is None:
+        raise UserError("policy.arch=vla needs a language-conditioned task (an instruction term in its policy "
+                        "observations), e.g. mini-libero")
+    if cfg.head not in ("tokens", "continuous") or cfg.vision not in ("cnn", "vit"):
+        raise UserError(f"policy.vla: head is tokens|continuous and vision cnn|vit, got {cfg.head!r}, "
+                        f"{cfg.vision!r}")
+    if cfg.chunk < 1 or not 1 <= cfg.execute <= cfg.chunk or cfg.bins < 2 or cfg.width < 8:
+        raise UserError(f"policy.vla: chunk >= 1, execute in 1..chunk, bins >= 2, width >= 8; got chunk "
+                        f"{cfg.chunk}, execute {cfg.execute}, bins {cfg.bins}, width {cfg.width}")
+    obs_dim = ctx.obs_space["policy"].shape[0]
+    try:
+        policy = VLAPolicy(obs_dim, act_dim, text, ctx.image("policy"), cfg.vision, cfg.width, cfg.head, cfg.bins,
+                           cfg.chunk, cfg.execute, ctx.policy.obs_normalization)
+    except ValueError as e:
+        raise UserError(f"policy.vla: {e}") from None
+    if announce:
+        d = describe(policy, repeats=5)
+        print(f"vla: {d['parameters'] / 1e6:.2f} M parameters ({cfg.vision if ctx.image('policy') else 'state'} "
+              f"input, {cfg.head} head, chunk {cfg.chunk}); forward {d['forward_ms_b1']:.2f} ms at batch 1, "
+              f"{d['forward_ms_b64']:.2f} ms at batch 64", file=sys.stderr)
+        policy.description = d
+    return policy

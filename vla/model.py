@@ -1,0 +1,287 @@
+"""A vision-language-action policy small enough to train on two CPU cores (reference: ``subsystems.md`` 4.8).
+
+The input is one flat observation vector (the task's ``policy`` group): an instruction term (the frozen MiniLM
+embedding, ``[start, 384]``), optionally one image term (``[start, C, H, W]``, cameras stacked as channels, values in
+[0, 1]), and everything else is state (proprioception, object state), normalized inside the module.
+
+- vision: ``cnn`` (4 conv blocks, stride 2, GroupNorm, SiLU, each FiLM-modulated by the instruction as in RT-1,
+  then global average pooling) or ``vit`` (patch 8, width 128, depth 4, 4 heads, the instruction as an extra token);
+- language: the embedding projected to 128 and concatenated at the trunk (and the FiLM / token conditioning);
+- trunk: Linear-LayerNorm-SiLU, Linear-SiLU at ``width``;
+- heads: ``tokens`` (OpenVLA's 256 bins per action dimension over a chunk of ``chunk`` actions: logits
+  ``[B, chunk, act_dim, bins]``, percentile-normalized with the dataset's range, ``tokenizer.py``) or
+  ``continuous`` (a tanh Gaussian-mean chunk with a learned state-independent std); a value head (PPO).
+
+``act`` runs the deterministic path (the most likely bin, or the mean) through a per-env chunk queue that executes
+``execute`` actions of each chunk; RL acts on the chunk's first action (``dist``), so every step is a decision."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from embodied.policies.actor_critic import POLICIES, MultiCategorical
+from embodied.policies.chunked import ChunkQueue
+from embodied.policies.normalizer import EmpiricalNormalizer
+
+TEXT_FEATURES = 128
+STATE_FEATURES = 128
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
+
+
+class FiLMConvEncoder(nn.Module):
+    """``[B, C*H*W]`` image and ``[B, T]`` text -> ``[B, channels[-1]]``. FiLM: ``x <- x (1 + gamma) + beta`` after
+    each block's norm, ``(gamma, beta)`` a linear map of the text (zero at init: the identity)."""
+
+    def __init__(self, shape, text_dim: int, channels=(32, 32, 64, 64)):
+        super().__init__()
+        c, h, w = (int(v) for v in shape)
+        self.shape = (c, h, w)
+        self.convs, self.norms, self.films = nn.ModuleList(), nn.ModuleList(), nn.ModuleList()
+        for out in channels:
+            self.convs.append(nn.Conv2d(c, out, 3, stride=2, padding=1))
+            self.norms.append(nn.GroupNorm(8, out))
+            film = nn.Linear(text_dim, 2 * out)
+            nn.init.zeros_(film.weight)
+            nn.init.zeros_(film.bias)
+            self.films.append(film)
+            c = out
+        self.out_dim = c
+
+    def forward(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        x = image.reshape(image.shape[0], *self.shape)
+        for conv, norm, film in zip(self.convs, self.norms, self.films):
+            gamma, beta = film(text).chunk(2, dim=-1)
+            x = norm(conv(x)) * (1.0 + gamma[:, :, None, None]) + beta[:, :, None, None]
+            x = nn.functional.silu(x)
+        return x.mean(dim=(2, 3))
+
+
+class TinyViT(nn.Module):
+    """``[B, C*H*W]`` image and ``[B, T]`` text -> ``[B, dim]``: patch embedding, a learned position embedding, the
+    projected text as one more token and a class token, pre-norm transformer layers; the class token's output."""
+
+    def __init__(self, shape, text_dim: int, patch: int = 8, dim: int = 128, depth: int = 4, heads: int = 4):
+        super().__init__()
+        c, h, w = (int(v) for v in shape)
+        if h % patch or w % patch:
+            raise ValueError(f"image {h}x{w} is not a multiple of the patch size {patch}")
+        self.shape = (c, h, w)
+        self.patch = nn.Conv2d(c, dim, patch, stride=patch)
+        n = (h // patch) * (w // patch)
+        self.pos = nn.Parameter(torch.randn(1, n + 2, dim) * 0.02)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.text = nn.Linear(text_dim, dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.out_dim = dim
+
+    def forward(self, image: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        b = image.shape[0]
+        x = self.patch(image.reshape(b, *self.shape)).flatten(2).transpose(1, 2)  # [B, n, dim]
+        x = torch.cat([self.cls.expand(b, -1, -1), self.text(text)[:, None], x], 1) + self.pos
+        return self.norm(self.blocks(x)[:, 0])
+
+
+class VLAPolicy(ChunkQueue, nn.Module):
+    spec_name = "vla"
+
+    def __init__(self, obs_dim: int, act_dim: int, text: list, image: list | None = None, vision: str = "cnn",
+                 width: int = 256, head: str = "tokens", bins: int = 256, chunk: int = 4, execute: int = 1,
+                 obs_normalization: bool = True, low: list | None = None, high: list | None = None):
+        super().__init__()
+        if head not in ("tokens", "continuous"):
+            raise ValueError(f"head must be tokens or continuous, got {head!r}")
+        if vision not in ("cnn", "vit"):
+            raise ValueError(f"vision must be cnn or vit, got {vision!r}")
+        if not 1 <= execute <= chunk:
+            raise ValueError(f"execute must be in 1..chunk, got {execute} of {chunk}")
+        self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, text=list(text), image=image, vision=vision,
+                                width=width, head=head, bins=bins, chunk=chunk, execute=execute,
+                                obs_normalization=obs_normalization, low=low, high=high)
+        self.act_dim, self.horizon, self.execute, self.bins, self.head = act_dim, chunk, execute, bins, head
+        t0, t_len = int(text[0]), int(text[1])
+        keep = torch.ones(obs_dim, dtype=torch.bool)
+        keep[t0:t0 + t_len] = False
+        self.text_slice = slice(t0, t0 + t_len)
+        self.image_slice = None
+        if image:
+            i0, shape = int(image[0]), tuple(int(v) for v in image[1:])
+            self.image_slice = slice(i0, i0 + math.prod(shape))
+            keep[self.image_slice] = False
+            self.vision = FiLMConvEncoder(shape, t_len) if vision == "cnn" else TinyViT(shape, t_len)
+        self.register_buffer("state_idx", keep.nonzero().squeeze(-1), persistent=False)
+        state_dim = int(keep.sum())
+        self.normalizer = EmpiricalNormalizer(state_dim) if obs_normalization else nn.Identity()
+        self.state_net = nn.Sequential(nn.Linear(state_dim, STATE_FEATURES), nn.SiLU())
+        self.text_net = nn.Linear(t_len, TEXT_FEATURES)
+        feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0)
+        self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
+                                   nn.SiLU())
+        if head == "tokens":
+            self.action_head = nn.Linear(width, chunk * act_dim * bins)
+            nn.init.zeros_(self.action_head.bias)
+            nn.init.orthogonal_(self.action_head.weight, gain=0.01)
+        else:
+            self.action_head = nn.Linear(width, chunk * act_dim)
+            self.log_std = nn.Parameter(torch.full((act_dim,), -1.0))
+        self.value_head = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, 1))
+        # the tokenizer's range (percentiles of the dataset's actions), set by ``fit_action_range``
+        self.register_buffer("low", torch.tensor(low if low is not None else [-1.0] * act_dim, dtype=torch.float32))
+        self.register_buffer("high", torch.tensor(high if high is not None else [1.0] * act_dim,
+                                                  dtype=torch.float32))
+
+    # ---- pieces ----------------------------------------------------------------------------------
+    def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        image = obs[:, self.image_slice] if self.image_slice is not None else None
+        return obs.index_select(1, self.state_idx), obs[:, self.text_slice], image
+
+    def normalizer_input(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.index_select(1, self.state_idx)
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        state, text, image = self.split(obs)
+        parts = [self.state_net(self.normalizer(state)), self.text_net(text)]
+        if image is not None:
+            parts.append(self.vision(image, text))
+        return self.trunk(torch.cat(parts, 1))
+
+    def fit_action_range(self, actions: torch.Tensor, quantile: float = 0.01) -> None:
+        """Percentile normalization of the token head from a dataset's actions ``[..., act_dim]`` (OpenVLA's)."""
+        from embodied.vla.tokenizer import ActionTokenizer
+
+        tok = ActionTokenizer.fit(actions.cpu(), self.bins, quantile)
+        self.low.copy_(tok.low)
+        self.high.copy_(tok.high)
+        self.init_kwargs.update(low=tok.low.tolist(), high=tok.high.tolist())
+
+    def tokenizer(self):
+        from embodied.vla.tokenizer import ActionTokenizer
+
+        return ActionTokenizer(self.low.cpu(), self.high.cpu(), self.bins)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """``[B, chunk, act_dim, bins]`` from trunk features."""
+        return self.action_head(h).view(-1, self.horizon, self.act_dim, self.bins)
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Bins -> actions (the bin's centre, un-normalized), in torch ops that export."""
+        x = (tokens.to(self.low.dtype) + 0.5) * (2.0 / self.bins) - 1.0
+        return 0.5 * (x + 1.0) * (self.high - self.low) + self.low
+
+    def encode(self, action: torch.Tensor) -> torch.Tensor:
+        x = (2.0 * (action - self.low) / (self.high - self.low) - 1.0).clamp(-1.0, 1.0)
+        return ((x + 1.0) * 0.5 * self.bins).floor().clamp(0, self.bins - 1).long()
+
+    def bin_position(self, action: torch.Tensor) -> torch.Tensor:
+        """Where ``action`` lies on the bin axis, continuously (bin ``k``'s centre is at ``k``)."""
+        x = (2.0 * (action - self.low) / (self.high - self.low) - 1.0).clamp(-1.0, 1.0)
+        return (x + 1.0) * 0.5 * self.bins - 0.5
+
+    # ---- the deterministic, exportable path -------------------------------------------------------
+    def chunk(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[B, chunk, act_dim]``: the most likely bins (or the mean), as actions in [-1, 1]."""
+        h = self.features(obs)
+        if self.head == "tokens":
+            return self.decode(self.logits(h).argmax(-1)).clamp(-1.0, 1.0)
+        return torch.tanh(self.action_head(h)).view(-1, self.horizon, self.act_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The first action of the deterministic chunk (what an exported policy runs every step)."""
+        return self.chunk(obs)[:, 0]
+
+    # ---- learning ----------------------------------------------------------------------------------
+    def bc_loss(self, obs: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0,
+                label_sigma: float = 0.0) -> torch.Tensor:
+        """Behaviour cloning on a target chunk ``[B, chunk, act_dim]``: cross-entropy on its bins (tokens), or the
+        Gaussian negative log-likelihood of the chunk (continuous). ``label_sigma`` > 0 [bins] spreads each target
+        over its neighbouring bins (a discretized Gaussian around the action's exact position): a demonstration's
+        action noise spans many bins, and a one-hot target over-fits it."""
+        h = self.features(obs)
+        if self.head == "tokens":
+            logits = self.logits(h).reshape(-1, self.bins)
+            if label_sigma <= 0:
+                return nn.functional.cross_entropy(logits, self.encode(target).reshape(-1),
+                                                   label_smoothing=label_smoothing)
+            return soft_bin_cross_entropy(logits, self.bin_position(target).reshape(-1), label_sigma,
+                                          label_smoothing)
+        mean = torch.tanh(self.action_head(h)).view(-1, self.horizon, self.act_dim)
+        log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return (0.5 * ((target - mean) / log_std.exp()) ** 2 + log_std).mean()
+
+    def dist(self, obs: torch.Tensor, temperature: float = 1.0):
+        """The distribution of the chunk's first action (RL): independent categoricals over each dimension's bins
+        (``log_prob`` takes actions, encoded to their bins), or a diagonal Gaussian."""
+        return self.dist_from(self.features(obs), temperature)
+
+    def dist_from(self, h: torch.Tensor, temperature: float = 1.0):
+        if self.head == "tokens":
+            return BinnedActions(self, self.logits(h)[:, 0] / temperature)
+        mean = torch.tanh(self.action_head(h)).view(-1, self.horizon, self.act_dim)[:, 0]
+        std = (self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp() * temperature).expand_as(mean)
+        return torch.distributions.Normal(mean, std)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_head(self.features(obs)).squeeze(-1)
+
+
+def soft_bin_cross_entropy(logits: torch.Tensor, position: torch.Tensor, sigma: float,
+                           smoothing: float = 0.0) -> torch.Tensor:
+    """Cross-entropy of ``logits [M, bins]`` against a discretized Gaussian of std ``sigma`` [bins] centred at
+    ``position [M]`` (mixed with a uniform by ``smoothing``), averaged over ``M``."""
+    bins = torch.arange(logits.shape[-1], device=logits.device, dtype=logits.dtype)
+    target = torch.softmax(-0.5 * ((bins - position[:, None]) / sigma) ** 2, -1)
+    if smoothing > 0:
+        target = (1.0 - smoothing) * target + smoothing / logits.shape[-1]
+    return -(target * torch.log_softmax(logits, -1)).sum(-1).mean()
+
+
+class BinnedActions(MultiCategorical):
+    """Independent categoricals over each action dimension's bins whose samples and log-probabilities are in
+    action units: ``sample`` decodes the drawn bins, ``log_prob(action)`` encodes the action to its bins first
+    (a decoded bin centre encodes back to its bin exactly)."""
+
+    def __init__(self, policy: VLAPolicy, logits: torch.Tensor):  # logits [B, act_dim, bins]
+        self.policy, self.logits = policy, logits
+        self.log_p = torch.log_softmax(logits, -1)
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        return self.log_p.gather(-1, self.policy.encode(action)[..., None]).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.log_p.exp() * self.log_p).sum(-1)
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        b, d, k = self.log_p.shape
+        idx = torch.multinomial(self.log_p.exp().reshape(b * d, k), 1, generator=generator).view(b, d)
+        return self.policy.decode(idx)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.policy.decode(self.logits.argmax(-1))
+
+
+def describe(policy: VLAPolicy, batch_sizes=(1, 64), repeats: int = 20) -> dict:
+    """Parameter count and the forward latency [ms] of ``policy`` (median of ``repeats``) at each batch size."""
+    import time
+
+    obs_dim = policy.init_kwargs["obs_dim"]
+    out = {"parameters": sum(p.numel() for p in policy.parameters())}
+    with torch.no_grad():
+        for b in batch_sizes:
+            x = torch.rand(b, obs_dim)
+            policy.chunk(x)
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                policy.chunk(x)
+                times.append(time.perf_counter() - t)
+            out[f"forward_ms_b{b}"] = round(1e3 * sorted(times)[len(times) // 2], 3)
+    return out
+
+
+POLICIES.register("vla", VLAPolicy)
