@@ -34,7 +34,7 @@ class VLAConfig:
     width: int = 256  # trunk width
     head: str = "tokens"  # tokens (256 bins per action dimension) | continuous (Gaussian chunk)
     bins: int = 256
-    chunk: int = 1  # actions predicted per observation (> 1: the rest of the chunk is an auxiliary target unless executed)
+    chunk: int = 1  # actions predicted per observation (beyond those executed: an auxiliary target)
     execute: int = 1  # of a chunk, the actions executed before the policy looks again (RL acts on the first)
     label_smoothing: float = 0.0  # behaviour cloning on tokens: mixed with a uniform over the bins
     label_sigma: float = 0.0  # [bins] behaviour cloning on tokens: targets spread as a Gaussian over nearby bins
