@@ -89,6 +89,7 @@ class RunConfig:
     stop_passes: int | None = None
     data: str = ""  # a recorded dataset (Minari) for offline algorithms (bc): data=PATH
     base: str = ""  # a frozen base policy for residual learners (residual-ppo/-sac): base=RUN_DIR or a bundle
+    init: str = ""  # warm-start every weight of the policy from this run's latest checkpoint: init=RUN_DIR
     env: Any = None  # the task's config dataclass
     algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

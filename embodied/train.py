@@ -63,17 +63,43 @@ def build(cfg: RunConfig, run_dir: Path):
         int(cfg.total_steps * imagination.observed_per_real_step(collector.num_envs))
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
                        learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
-                       collector.layout(), cfg.data, cfg.base)
+                       collector.layout(), cfg.data, cfg.base, spec.success_metric)
     try:
         algo = algo_cls.build(cfg.algo_config, ctx)
     except ValueError as e:  # torch's checks of the learner's settings (a negative lr, ...) are the user's input
         collector.close()
         raise UserError(f"{cfg.algo}: {e}") from None
+        if cfg.init:
+            warm_start(algo.actor(), cfg.init)
     except BaseException:
         collector.close()
         raise
     return RUNNERS[algo_cls.paradigm](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes),
                                       run_dir, imagination=imagination)
+
+
+def warm_start(actor: torch.nn.Module, source: str) -> None:
+    """Load every weight of ``actor`` (and its normalizer's statistics) from the policy of the run ``source``'s
+    latest checkpoint (``init=RUN``): a fine-tuning run starts from a cloned policy. The two policies must be built
+    alike (same spec name and sizes)."""
+    from embodied.policies import policy_spec
+
+    ckpt = load_checkpoint(Path(source))
+    spec, state = ckpt["policy"]["spec"], ckpt["policy"]["state"]
+    mine = policy_spec(actor)
+    if spec["name"] != mine["name"]:
+        raise UserError(f"init={source}: its policy is a {spec['name']}, this run's a {mine['name']} (give the same "
+                        "policy.arch and sizes)")
+    try:
+        actor.load_state_dict(state)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()
+        raise UserError(f"init={source}: its policy does not fit this run's ({first[-1].strip() if first else e})"
+                        ) from None
+    if hasattr(actor, "init_kwargs"):  # kwargs that the weights carry (a VLA's action range) follow them
+        for key in ("low", "high"):
+            if key in spec["kwargs"] and key in actor.init_kwargs:
+                actor.init_kwargs[key] = spec["kwargs"][key]
 
 
 def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:

@@ -37,6 +37,7 @@ class BuildContext:
     layout: Any = None  # the task's Layout (core/layout.py): image terms pick a CNN encoder
     data: str = ""  # the run's dataset (``data=PATH``): what an offline algorithm learns from
     base: str = ""  # the run's frozen base policy (``base=RUN_DIR`` or a bundle): what a residual learner corrects
+    success_metric: str | None = None  # the task's ``final_info`` key saying an episode succeeded (TaskSpec)
 
     def image(self, group: str) -> list | None:
         """``[start, C, H, W]`` of the group's image term, or None; more than one image term is a UserError."""
@@ -71,6 +72,9 @@ class Transition:
     # which collector produced it: the run's own (MAIN_STREAM) or another beside it (a learned model's rollouts);
     # learners that link consecutive transitions keep one set of windows per stream
     stream: str = MAIN_STREAM
+    # per-env outcome of the episodes that ended at this step (``info["final_info"]``: ``success``...), valid
+    # where ``terminated | truncated``; None where the engine does not hand it on
+    outcome: dict[str, torch.Tensor] | None = None
 
 
 def split_act(out) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -97,6 +101,15 @@ class Algorithm(abc.ABC):
     def rollout_length(self) -> int:
         """Env steps per env collected between two ``update`` calls (on-policy: the rollout horizon)."""
         return 1
+
+    # episodic rollouts (GRPO): the on-policy runner ends a rollout once every env has finished an episode, and
+    # starts the next from ``rollout_starts()``
+    episodic: ClassVar[bool] = False
+
+    def rollout_starts(self) -> torch.Tensor | None:
+        """Per-env seeds ``[N]`` to reset the envs from before the next rollout (envs sharing a seed share their
+        start exactly), or None to go on from where the envs are."""
+        return None
 
     @abc.abstractmethod
     def act(self, obs: Obs) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:

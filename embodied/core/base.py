@@ -159,6 +159,21 @@ class ManagedVecEnv(VecEnv):
         self._reset_idx(self._all_ids)
         return self._observe(), {}
 
+    def reset_envs(self, seeds: torch.Tensor) -> Obs:
+        """Reset every env, env ``i`` from its own seed ``seeds[i]``: its initial state is a function of that seed
+        alone, so envs given the same seed start in exactly the same state (a GRPO group). The env's generator
+        is left as it was."""
+        seeds = torch.as_tensor(seeds).reshape(-1)
+        if seeds.numel() != self.num_envs:
+            raise ValueError(f"reset_envs takes {self.num_envs} seeds, got {seeds.numel()}")
+        kept = self.generator.get_state()
+        for i, s in enumerate(seeds.tolist()):
+            self.generator.manual_seed(int(s))
+            self._reset_idx(self._all_ids[i:i + 1])
+        self.generator.set_state(kept)
+        self.episode_length.zero_()
+        return self._observe()
+
     def step(self, action: torch.Tensor):
         action = self._check_action(action)
         self._apply_action(action)

@@ -1,5 +1,6 @@
 """On-policy runner (PPO and kin): collect a rollout of the algorithm's ``rollout_length`` steps per env,
-then update."""
+then update. An episodic algorithm (GRPO) starts each rollout from its own per-env seeds and ends it once every
+env has finished an episode."""
 
 from __future__ import annotations
 
@@ -11,8 +12,17 @@ class OnPolicyRunner(Runner):
         self.start()
         num_steps = self.algo.rollout_length
         while True:
+            seeds = self.algo.rollout_starts()
+            if seeds is not None:
+                self.collector.reset_seeded(seeds)
+            ended = None
             for _ in range(num_steps):
-                self.collect()
+                tr = self.collect()
+                if self.algo.episodic:  # the rollout ends once every env has finished an episode
+                    done = tr.terminated | tr.truncated
+                    ended = done if ended is None else ended | done
+                    if bool(ended.all()):
+                        break
             metrics = self.algo.update()
             if self.after_update(metrics):
                 break

@@ -89,6 +89,13 @@ class Collector(abc.ABC):
     def reset(self, seed: int | None) -> None:
         """Reset every env (``seed`` re-seeds them)."""
 
+    def reset_seeded(self, seeds: torch.Tensor) -> None:
+        """Reset every env from its own seed (``VecEnv.reset_envs``): what episodic learners start rollouts with."""
+        from embodied.core.errors import UserError
+
+        raise UserError(f"the {type(self).__name__} engine cannot reset its envs from per-env seeds "
+                        "(episodic learners such as grpo): use runtime.engine=sync")
+
     @abc.abstractmethod
     def step(self, act: Callable[[Obs], torch.Tensor], version: int = 0) -> Transition:
         """One batched env step with ``act(obs) -> action [N, act_dim]`` on the learner device. ``version``

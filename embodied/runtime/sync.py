@@ -32,6 +32,12 @@ class SyncCollector(Collector):
         self._obs, _ = self.env.reset(seed=seed)
         self.stats.reset()
 
+    def reset_seeded(self, seeds: torch.Tensor) -> None:
+        if not hasattr(self.env, "reset_envs"):
+            super().reset_seeded(seeds)
+        self._obs = self.env.reset_envs(torch.as_tensor(seeds))
+        self.stats.reset()
+
     def step(self, act: Callable[[Obs], torch.Tensor], version: int = 0) -> Transition:
         obs = to_device(self._obs, self.learner_device)
         action, extras = split_act(act(obs))
@@ -43,7 +49,8 @@ class SyncCollector(Collector):
         tr = Transition(obs, action, to_device(reward, self.learner_device),
                         to_device(terminated, self.learner_device), to_device(truncated, self.learner_device),
                         next_obs=to_device(info["final_obs"], self.learner_device), extras=extras,
-                        faulted=to_device(info["faulted"], self.learner_device) if "faulted" in info else None)
+                        faulted=to_device(info["faulted"], self.learner_device) if "faulted" in info else None,
+                        outcome=to_device(info["final_info"], self.learner_device) if "final_info" in info else None)
         self._obs = next_obs
         return tr
 

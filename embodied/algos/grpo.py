@@ -1,0 +1,255 @@
+"""GRPO with a binary success reward, as SimpleVLA-RL fine-tunes VLAs (``subsystems.md`` 4.1): no critic, no KL.
+
+Every rollout starts the envs in groups of ``group_size`` that share one initial state exactly (per-env seeds,
+``VecEnv.reset_envs``) and plays one episode per env (the on-policy runner's episodic mode); actions are sampled
+at ``temperature``. An episode's reward is the task's success (``TaskSpec.success_metric``), and its advantage,
+shared by every action token of the episode, is ``(R_i - mean_G R) / (std_G R + eps)`` over its group.
+
+Dynamic sampling: groups whose episodes all succeeded or all failed carry no signal (zero advantage) and are
+dropped; the kept groups pile up over rollouts until ``batch_groups`` are there (or ``max_fill_rollouts``
+rollouts went by), then one update runs on them. The loss is the clipped surrogate with clip-higher, averaged
+over every action token (each action dimension of each step is one token):
+
+    L = -(1 / #tokens) sum_tokens min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)
+
+With ``bc_coef`` > 0 and ``data=PATH`` the cloning loss on the demonstrations is added (co-training, RLinf-Co)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition
+from embodied.core.errors import UserError
+from embodied.core.registry import ALGOS
+from embodied.policies import GaussianActor
+from embodied.policies.actor_critic import sample_action
+
+EPS = 1e-6
+
+
+@dataclass
+class GRPOConfig:
+    group_size: int = 8  # rollouts per initial state
+    batch_groups: int = 0  # mixed-outcome groups an update waits for; 0: as many as one rollout holds
+    max_fill_rollouts: int = 4  # rollouts dynamic sampling may wait over before it updates on what it has
+    lr: float = 3e-4  # SimpleVLA-RL's 5e-6 is for a 7B model; this is for networks of a few M parameters
+    clip_low: float = 0.2
+    clip_high: float = 0.28  # clip-higher (DAPO): more room to raise unlikely good tokens
+    temperature: float = 1.6  # rollout sampling temperature (the ratio uses the same tempered policy)
+    num_epochs: int = 4  # passes over an update's batch
+    minibatch_tokens: int = 4096  # action tokens per gradient step
+    max_grad_norm: float = 1.0
+    bc_coef: float = 0.0  # co-training: weight of the cloning loss on demonstrations (needs data=PATH)
+    bc_batch_size: int = 256
+
+
+def group_advantages(success: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per episode ``[N]`` (groups of ``group_size`` consecutive envs): the group-normalized advantage
+    ``(R - mean) / (std + 1e-6)`` (std unbiased, as torch's and veRL's) and whether its group is kept by dynamic
+    sampling (``0 < successes < group_size``)."""
+    r = success.float().view(-1, group_size)
+    adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + EPS)
+    wins = r.sum(1)
+    keep = (wins > 0) & (wins < group_size)
+    return adv.reshape(-1), keep.repeat_interleave(group_size)
+
+
+def clipped_objective(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantage: torch.Tensor,
+                      clip_low: float, clip_high: float) -> torch.Tensor:
+    """The per-token surrogate ``min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)`` (to be maximized)."""
+    ratio = torch.exp(log_prob - old_log_prob)
+    return torch.minimum(ratio * advantage, ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantage)
+
+
+class GRPO(Algorithm):
+    paradigm = ON_POLICY
+    config_cls = GRPOConfig
+    episodic = True
+
+    @classmethod
+    def build(cls, cfg: GRPOConfig, ctx: BuildContext) -> GRPO:
+        if not isinstance(ctx.action_space, gym.spaces.Box):
+            raise UserError("grpo needs continuous (Box) actions")
+        if cfg.group_size < 2 or ctx.num_envs % cfg.group_size:
+            raise UserError(f"grpo: group_size >= 2 must divide num_envs; got group_size {cfg.group_size}, "
+                            f"num_envs {ctx.num_envs}")
+        if not ctx.success_metric:
+            raise UserError("grpo rewards success: the task must report one (TaskSpec.success_metric)")
+        if cfg.temperature <= 0 or cfg.clip_low < 0 or cfg.clip_high < 0 or cfg.minibatch_tokens < 1:
+            raise UserError("grpo: temperature > 0, clip_low and clip_high >= 0, minibatch_tokens >= 1")
+        if cfg.bc_coef > 0 and not ctx.data:
+            raise UserError("grpo.bc_coef > 0 co-trains on demonstrations: give data=PATH")
+        return cls(cfg, ctx)
+
+    def __init__(self, cfg: GRPOConfig, ctx: BuildContext):
+        self.cfg, self.device = cfg, torch.device(ctx.device)
+        self.num_envs, self.success_key = ctx.num_envs, ctx.success_metric
+        obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
+        torch.manual_seed(ctx.seed)
+        if ctx.policy.arch == "vla":
+            from embodied.vla.build import build_vla
+
+            self.pi = build_vla(ctx, act_dim)
+        else:
+            self.pi = GaussianActor(obs_dim, act_dim, ctx.policy.actor_hidden, ctx.policy.activation,
+                                    ctx.policy.obs_normalization, image=ctx.image("policy"))
+        self.pi.to(self.device)
+        self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(ctx.seed)
+        self.seed_generator = torch.Generator().manual_seed(ctx.seed + 7919)  # the groups' initial states
+        self.batch_groups = cfg.batch_groups or ctx.num_envs // cfg.group_size
+        self.demos = None
+        if cfg.bc_coef > 0:
+            from embodied.algos.bc import chunk_targets
+            from embodied.datasets import read_transitions
+
+            data = read_transitions(ctx.data, ["policy"])
+            if data["state"].shape[1] != obs_dim:
+                raise UserError(f"the dataset {ctx.data} has {data['state'].shape[1]} observation entries per step; "
+                                f"the task has {obs_dim}")
+            episode = torch.cumsum(data["initial"].long(), 0) - 1
+            target = chunk_targets(data["action"].clamp(-1.0, 1.0), episode, getattr(self.pi, "horizon", 1))
+            self.demos = (data["state"].to(self.device), target.to(self.device))
+        self._new_rollout()
+        self.pending: list[dict[str, torch.Tensor]] = []  # kept groups' steps, waiting for an update
+        self.fill_rollouts = 0
+        self._kept_groups = 0  # mixed-outcome groups in ``pending``
+        self.num_updates = 0
+        self._rollout_log: dict[str, float] = {}
+
+    # ---- rollouts ----------------------------------------------------------------------------------
+    @property
+    def rollout_length(self) -> int:
+        return 1_000_000  # the runner ends an episodic rollout once every env has finished an episode
+
+    def rollout_starts(self) -> torch.Tensor:
+        groups = self.num_envs // self.cfg.group_size
+        seeds = torch.randint(0, 2**31 - 1, (groups,), generator=self.seed_generator)
+        self._new_rollout()
+        return seeds.repeat_interleave(self.cfg.group_size)
+
+    def _new_rollout(self) -> None:
+        self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.ended = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self.success = torch.zeros(self.num_envs, device=self.device)
+
+    def dist(self, obs: torch.Tensor):
+        """The tempered policy the rollouts sample from and the ratio is taken under."""
+        t = self.cfg.temperature
+        if hasattr(self.pi, "dist_from"):
+            return self.pi.dist(obs, t)
+        d = self.pi.dist(obs)
+        return torch.distributions.Normal(d.mean, d.stddev * t)
+
+    @torch.no_grad()
+    def act(self, obs: Obs):
+        dist = self.dist(obs["policy"])
+        action = sample_action(dist, self.generator)
+        return action, {"log_prob": dist.log_prob(action)}  # per token [N, act_dim]
+
+    @torch.no_grad()
+    def observe(self, tr: Transition) -> None:
+        valid = ~self.ended  # steps of each env's first episode in this rollout
+        self.steps.append((tr.obs["policy"], tr.action, tr.extras["log_prob"], valid.clone()))
+        done = (tr.terminated | tr.truncated) & valid
+        if bool(done.any()):
+            outcome = (tr.outcome or {}).get(self.success_key)
+            if outcome is None:
+                raise UserError(f"grpo: the task reported no {self.success_key!r} outcome at an episode's end")
+            self.success = torch.where(done, (outcome > 0.5).float(), self.success)
+            self.ended |= done
+
+    def _close_rollout(self) -> dict[str, float]:
+        adv, keep = group_advantages(self.success, self.cfg.group_size)
+        keep &= self.ended  # an episode cut short by the rollout's end has no outcome
+        obs, act, logp, valid = (torch.stack(x) for x in zip(*self.steps))  # [T, N, ...]
+        mask = valid & keep[None]
+        if bool(mask.any()):
+            self.pending.append({"obs": obs[mask], "action": act[mask], "log_prob": logp[mask],
+                                 "advantage": adv[None].expand_as(mask)[mask]})
+        g = self.cfg.group_size
+        self._kept_groups += int(keep.sum()) // g
+        self.fill_rollouts += 1
+        self.steps = []
+        return {"grpo/rollout_success": float(self.success[self.ended].mean()) if self.ended.any() else 0.0,
+                "grpo/mixed_groups": float(int(keep.sum()) // g), "grpo/groups": float(self.num_envs // g),
+                "grpo/episode_steps": float(valid.sum())}
+
+    # ---- learning ----------------------------------------------------------------------------------
+    def update(self) -> dict[str, float]:
+        log = self._close_rollout()
+        if self._kept_groups < self.batch_groups and self.fill_rollouts < self.cfg.max_fill_rollouts:
+            return log  # dynamic sampling: wait for more mixed groups
+        if not self.pending:
+            self.fill_rollouts, self._kept_groups = 0, 0
+            return {**log, "grpo/skipped_updates": 1.0}
+        batch = {k: torch.cat([p[k] for p in self.pending]) for k in self.pending[0]}
+        self.pending, self.fill_rollouts, self._kept_groups = [], 0, 0
+        n, act_dim = batch["action"].shape
+        per_step = max(1, self.cfg.minibatch_tokens // act_dim)
+        stats = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "entropy": 0.0, "bc_loss": 0.0}
+        count = 0
+        for _ in range(self.cfg.num_epochs):
+            order = torch.randperm(n, generator=self.generator, device=self.device)
+            for start in range(0, n, per_step):
+                idx = order[start:start + per_step]
+                dist = self.dist(batch["obs"][idx])
+                logp = dist.log_prob(batch["action"][idx])  # [B, act_dim]
+                adv = batch["advantage"][idx][:, None]
+                surrogate = clipped_objective(logp, batch["log_prob"][idx], adv, self.cfg.clip_low,
+                                              self.cfg.clip_high)
+                loss = -surrogate.mean()
+                bc = torch.zeros(())
+                if self.demos is not None:
+                    j = torch.randint(self.demos[0].shape[0], (self.cfg.bc_batch_size,), generator=self.generator,
+                                      device=self.device)
+                    bc = self.bc_loss(self.demos[0][j], self.demos[1][j])
+                    loss = loss + self.cfg.bc_coef * bc
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)
+                self.opt.step()
+                with torch.no_grad():
+                    log_ratio = logp - batch["log_prob"][idx]
+                    ratio = log_ratio.exp()
+                    stats["loss"] += float(loss)
+                    stats["clip_frac"] += float(((ratio < 1 - self.cfg.clip_low) |
+                                                 (ratio > 1 + self.cfg.clip_high)).float().mean())
+                    stats["approx_kl"] += float(((ratio - 1) - log_ratio).mean())
+                    stats["entropy"] += float(dist.entropy().mean())
+                    stats["bc_loss"] += float(bc)
+                count += 1
+        self.num_updates += 1
+        return {**log, **{f"grpo/{k}": v / count for k, v in stats.items()}, "grpo/batch_steps": float(n)}
+
+    def bc_loss(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if hasattr(self.pi, "bc_loss"):
+            return self.pi.bc_loss(obs, target)
+        return ((self.pi(obs) - target[:, 0]) ** 2).mean()
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def state_dict(self) -> dict:
+        return {"pi": self.pi.state_dict(), "opt": self.opt.state_dict(), "generator": self.generator.get_state(),
+                "seed_generator": self.seed_generator.get_state(), "pending": self.pending,
+                "fill_rollouts": self.fill_rollouts, "kept_groups": self._kept_groups,
+                "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.pi.load_state_dict(state["pi"])
+        self.opt.load_state_dict(state["opt"])
+        self.generator.set_state(state["generator"])
+        self.seed_generator.set_state(state["seed_generator"])
+        self.pending = list(state["pending"])
+        self.fill_rollouts, self._kept_groups = int(state["fill_rollouts"]), int(state["kept_groups"])
+        self.num_updates = int(state["num_updates"])
+
+
+ALGOS.register("grpo", GRPO)
