@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=int, default=100)
     e.add_argument("--video", action="store_true", help="also write a rollout video into the run directory")
     e.add_argument("--seed", type=int, default=None, help="initial-state seed (default: the run's eval seed)")
+    e.add_argument("overrides", nargs="*", help="task settings to evaluate under, env.KEY=VALUE (e.g. "
+                   "env.phrasing=heldout: a language task's held-out paraphrases)")
     w = sub.add_parser("wm-report", help="open-loop prediction error of a world-model run's model against horizon")
     w.add_argument("--run", required=True, help="directory holding a world_model.pt (a wm:<task> run, or a model "
                    "alone: then random actions)")
@@ -113,9 +115,13 @@ def _cmd_eval(args) -> int:
 
     if args.episodes < 1:
         raise UserError("--episodes must be >= 1")
-    result = evaluate_run(Path(args.run), episodes=args.episodes, video=args.video, seed=args.seed)
+    result = evaluate_run(Path(args.run), episodes=args.episodes, video=args.video, seed=args.seed,
+                          env_overrides=args.overrides)
     if "eval/success" in result:  # the headline for a person; stdout stays one JSON object
         print(f"success {100 * result['eval/success']:.0f}% ({args.episodes} episodes)", file=sys.stderr)
+        for key, value in result.items():
+            if key.startswith("eval/success/"):  # a suite's tasks
+                print(f"  {key[len('eval/success/'):]:32s} {100 * value:5.1f}%", file=sys.stderr)
     print(json.dumps(result))
     return 0
 

@@ -87,6 +87,13 @@ def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "
         done[ids] = True
         if bool(done.all()):
             break
+    task_id = first.pop("task_id", None)  # a suite of tasks: its envs say which task each episode was
     out = {f"eval/{k}": v.mean().item() for k, v in first.items()}
     out["eval/return_std"] = first["return"].std(unbiased=False).item()
+    names = getattr(env, "task_names", None)
+    if task_id is not None and names and "success" in first:
+        for k, name in enumerate(names):
+            mine = (task_id == k) & done
+            if bool(mine.any()):
+                out[f"eval/success/{name}"] = first["success"][mine].mean().item()
     return out

@@ -14,9 +14,26 @@ from embodied.evaluate import eval_seed, evaluate, make_eval_env
 from embodied.render import write_video
 
 
-def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: int | None = None) -> dict:
+def apply_env_overrides(cfg, overrides) -> None:
+    """Set task settings ``env.KEY=VALUE`` on a run's config (evaluation under other conditions)."""
+    import dataclasses
+
+    import yaml
+
+    names = {f.name for f in dataclasses.fields(cfg.env)}
+    for item in overrides or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("env.") or key[4:] not in names:
+            raise UserError(f"eval takes task settings env.KEY=VALUE; got {item!r} (keys of {cfg.task}: "
+                            f"{', '.join(sorted(names))})")
+        setattr(cfg.env, key[4:], yaml.safe_load(value))
+
+
+def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: int | None = None,
+                 env_overrides=()) -> dict:
     ckpt = load_checkpoint(run_dir)
     cfg = config_from_dict(ckpt["config"])
+    apply_env_overrides(cfg, env_overrides)
     policy = policy_from_checkpoint(ckpt, run_dir)  # one read of the checkpoint (a full one holds the replay)
     seed = eval_seed(cfg) if seed is None else seed
     env = make_eval_env(cfg, num_envs=episodes)
@@ -40,16 +57,44 @@ def record_video(policy, cfg, out_dir: Path, seed: int, fps: int = 25) -> Path:
     playback)."""
     env = make_eval_env(cfg, num_envs=1, device="cpu")
     _check_renders(env, cfg.task)
-    obs, _ = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     policy.reset()
     dt = env.control_dt
     every = max(1, round(1.0 / (fps * dt)))
     frames = []
+    instruction = (info.get("instruction") or [None])[0]  # a language task's: written on every frame
     for t in range(env.max_episode_steps):
         if t % every == 0:
-            frames.append(env.render_frame())
+            frames.append(caption(env.render_frame(), instruction) if instruction else env.render_frame())
         obs, _, terminated, truncated, _ = env.step(policy.act(obs["policy"]))
         if bool(terminated[0] or truncated[0]):
             break
     out_dir.mkdir(parents=True, exist_ok=True)
     return write_video(frames, out_dir / f"{cfg.task}_seed{seed}.mp4", fps=round(1.0 / (every * dt)))
+
+
+def caption(frame, text: str):
+    """``frame`` (uint8 ``[H, W, 3]``) with ``text`` written along its top on a dark band, wrapped to its width."""
+    import cv2
+    import numpy as np
+
+    frame = np.ascontiguousarray(frame)
+    h, w = frame.shape[:2]
+    scale = max(0.35, w / 900)
+    thick = 1
+    words, lines, line = text.split(), [], ""
+    for word in words:  # wrap at the frame's width
+        trial = f"{line} {word}".strip()
+        if cv2.getTextSize(trial, cv2.FONT_HERSHEY_SIMPLEX, scale, thick)[0][0] > w - 8 and line:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    lines.append(line)
+    step = int(cv2.getTextSize("Ag", cv2.FONT_HERSHEY_SIMPLEX, scale, thick)[0][1] * 1.8) + 2
+    band = min(h, step * len(lines) + 4)
+    frame[:band] = (frame[:band] * 0.35).astype(np.uint8)
+    for i, ln in enumerate(lines):
+        cv2.putText(frame, ln, (4, step * (i + 1) - 2), cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), thick,
+                    cv2.LINE_AA)
+    return frame

@@ -91,7 +91,7 @@ TASK_LIST = (
                (f"pick up the {c} cube and place it on the plate", f"put the {c} cube on the plate"),
                (f"move the {c} block onto the plate",)) for c in COLOURS),
     MiniTask("goal-red-plate", "goal", "grid", "fixed", "red", "plate",
-             ("put the red cube on the plate", "place the red cube on the plate"),
+             ("put the red cube onto the plate", "place the red cube on the plate"),
              ("set the red block down on the plate",)),
     MiniTask("goal-red-tray", "goal", "grid", "fixed", "red", "tray",
              ("put the red cube on the tray", "place the red cube in the tray"),

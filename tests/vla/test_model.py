@@ -1,0 +1,84 @@
+"""The VLA's pieces: FiLM conditioning, encoders, heads and their losses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from embodied.policies.actor_critic import sample_action
+from embodied.vla.model import FiLMConvEncoder, TinyViT, VLAPolicy, soft_bin_cross_entropy
+
+STATE, TEXT = 10, 384
+
+
+def test_film_starts_as_identity_and_conditions_once_trained():
+    enc = FiLMConvEncoder((6, 32, 32), TEXT)
+    img, g = torch.rand(3, 6 * 32 * 32), torch.Generator().manual_seed(0)
+    t1, t2 = torch.randn(3, TEXT, generator=g), torch.randn(3, TEXT, generator=g)
+    assert enc(img, t1).shape == (3, 64)
+    assert torch.allclose(enc(img, t1), enc(img, t2))  # zero-initialized FiLM: the identity
+    with torch.no_grad():
+        for film in enc.films:
+            film.weight.normal_(0, 0.1, generator=g)
+    assert not torch.allclose(enc(img, t1), enc(img, t2))
+
+
+def test_vit_reads_the_instruction_token():
+    vit = TinyViT((6, 32, 32), TEXT)
+    img = torch.rand(2, 6 * 32 * 32)
+    out1, out2 = vit(img, torch.randn(2, TEXT)), vit(img, torch.randn(2, TEXT))
+    assert out1.shape == (2, 128) and not torch.allclose(out1, out2)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"image": [STATE, 6, 32, 32]}, {"image": [STATE, 6, 32, 32], "vision": "vit"},
+                                    {"head": "continuous"}])
+def test_heads_shapes(kwargs):
+    obs_dim = STATE + TEXT + (6 * 32 * 32 if "image" in kwargs else 0)
+    pi = VLAPolicy(obs_dim, 7, [obs_dim - TEXT, TEXT], chunk=4, execute=2, **kwargs)
+    obs = torch.rand(5, obs_dim)
+    assert pi.chunk(obs).shape == (5, 4, 7) and pi(obs).shape == (5, 7) and pi.value(obs).shape == (5,)
+    assert pi.chunk(obs).abs().max() <= 1.0
+    if pi.head == "tokens":
+        assert pi.logits(pi.features(obs)).shape == (5, 4, 7, 256)
+    d = pi.dist(obs, temperature=1.6)
+    a = sample_action(d, torch.Generator().manual_seed(0))
+    assert a.shape == (5, 7) and d.log_prob(a).shape == (5, 7) and d.entropy().shape == (5, 7)
+    loss = pi.bc_loss(obs, torch.rand(5, 4, 7) * 2 - 1)
+    loss.backward()
+    assert math.isfinite(float(loss.detach()))
+    # the queue executes two actions of each chunk: the second act of an env returns the chunk's second action
+    first, second = pi.act(obs), pi.act(obs)
+    chunk = pi.chunk(obs)
+    assert torch.allclose(first, chunk[:, 0]) and torch.allclose(second, chunk[:, 1])
+
+
+def test_binned_log_prob_is_the_sampled_bins_log_softmax():
+    pi = VLAPolicy(STATE + TEXT, 3, [STATE, TEXT], bins=8)
+    obs = torch.rand(4, STATE + TEXT)
+    d = pi.dist(obs, temperature=2.0)
+    a = d.sample(torch.Generator().manual_seed(3))
+    logits = pi.logits(pi.features(obs))[:, 0] / 2.0
+    expected = torch.log_softmax(logits, -1).gather(-1, pi.encode(a)[..., None]).squeeze(-1)
+    assert torch.allclose(d.log_prob(a), expected)
+
+
+def test_soft_bin_cross_entropy_exact_value():
+    logits = torch.tensor([[0.0, math.log(2.0), math.log(3.0)]])  # p = 1/6, 2/6, 3/6
+    w = torch.tensor([math.exp(-0.5), 1.0, math.exp(-0.5)])  # sigma 1 around bin 1
+    q = w / w.sum()
+    expected = -(q * torch.log(torch.tensor([1 / 6, 2 / 6, 3 / 6]))).sum()
+    assert torch.allclose(soft_bin_cross_entropy(logits, torch.tensor([1.0]), 1.0), expected)
+    # smoothing mixes the target with a uniform
+    q2 = 0.9 * q + 0.1 / 3
+    expected2 = -(q2 * torch.log(torch.tensor([1 / 6, 2 / 6, 3 / 6]))).sum()
+    assert torch.allclose(soft_bin_cross_entropy(logits, torch.tensor([1.0]), 1.0, 0.1), expected2)
+
+
+def test_token_bc_loss_is_cross_entropy_on_the_target_bins():
+    pi = VLAPolicy(STATE + TEXT, 2, [STATE, TEXT], bins=16, chunk=1)
+    obs, target = torch.rand(6, STATE + TEXT), torch.rand(6, 1, 2) * 2 - 1
+    logits = pi.logits(pi.features(obs)).reshape(-1, 16)
+    expected = torch.nn.functional.cross_entropy(logits, pi.encode(target).reshape(-1))
+    assert torch.allclose(pi.bc_loss(obs, target), expected)
