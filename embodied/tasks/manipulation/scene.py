@@ -35,6 +35,9 @@ EE_SITE = "grip"  # between the finger pads, on link 7 (the controlled point)
 FINGER_OPEN = 0.04  # [m] per finger
 # a ready pose: the grip point 0.45 m in front of the base, 0.25 m above the table, pointing down
 HOME_QPOS = (0.0, -0.2383, 0.0, -2.4528, 0.0, 0.6435, 0.7854)
+# the wrist camera in the frame of the last link (its z axis runs along the fingers): position, xyaxes
+WRIST_CAMERA = ("0.0 -0.09 0.08", "0.7071 0.7071 0 0.6124 -0.6124 -0.5")
+CAMERAS = ("agentview", "wrist")  # what the language tasks see, stacked as channels
 
 
 @cache
@@ -113,7 +116,10 @@ def build_mjcf(spec: SceneSpec) -> str:
     # the grip point: between the finger pads, 1.5 cm above the fingertips (the kitchen's end_effector site is at
     # the palm, 5 cm above them)
     robot = robot.replace("<site name='end_effector'", f"<site name='{EE_SITE}' pos='0 0 .245' size='0.005' "
-                          "euler='0 0 -0.785398' rgba='1 0 0 0.5' group='4'/><site name='end_effector'")
+                          "euler='0 0 -0.785398' rgba='1 0 0 0.5' group='4'/>"
+                          # the wrist camera: on the hand, beside the fingers, looking along them
+                          f"<camera name='wrist' pos='{WRIST_CAMERA[0]}' xyaxes='{WRIST_CAMERA[1]}' fovy='80'/>"
+                          "<site name='end_effector'")
     assets = _inner("assets.xml").replace('meshdir="franka_assets/meshes"',
                                           f'meshdir="{os.path.join(franka_dir(), "meshes")}"')
     assets = assets.replace('<option timestep="0.002"/>', "")
@@ -129,6 +135,7 @@ def build_mjcf(spec: SceneSpec) -> str:
   <worldbody>
     <light pos="0.5 0 1.5" dir="0 0 -1" diffuse="0.8 0.8 0.8"/>
     <camera name="front" pos="1.9 0 0.9" xyaxes="0 1 0 -0.45 0 1"/>
+    <camera name="agentview" pos="1.15 0 0.75" xyaxes="0 1 0 -0.69 0 0.72" fovy="50"/>
     <geom name="floor" type="plane" pos="0 0 -0.8" size="3 3 0.1" rgba="0.3 0.3 0.3 1"/>
     <body name="table" pos="0.45 0 -0.025">
       <geom name="table" type="box" size="{tx:g} {ty:g} 0.025" rgba="0.55 0.45 0.35 1" contype="1" conaffinity="1"/>
