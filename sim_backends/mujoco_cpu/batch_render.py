@@ -118,11 +118,14 @@ class BatchRenderer:
             out[i, 12], out[i, 13] = m.light_exponent[i], float(m.light_active[i])
         return out
 
-    def render(self, sim, env_ids=None, segment: bool = False):
+    def render(self, sim, env_ids=None, segment: bool = False, reference: bool = False):
         """Images of the envs ``env_ids`` (all when None) of ``sim`` (a ``MujocoBatch``), in its current state (as
         of its last ``forward``): ``uint8 [K, C, H, W, 3]``, and ``int32 [K, C, H, W]`` geom indices with
-        ``segment``."""
-        from embodied.kernels.mesh_raster_numba import render
+        ``segment``. ``reference``: the plain-torch reference instead of the kernel (slow; for tests)."""
+        if reference:
+            from embodied.sim_backends.mujoco_cpu.raster_reference import render
+        else:
+            from embodied.kernels.mesh_raster_numba import render
 
         def pick(name):
             x = sim.t(name)
@@ -157,22 +160,36 @@ def mujoco_reference(model: mujoco.MjModel, qpos: np.ndarray, camera: str, heigh
     offsamples = model.vis.quality.offsamples
     if fast:
         model.vis.quality.offsamples = 0
-    ctx = _gl_context(width, height)
+    ctx = _gl_context(width, height)  # made here (EGL/OSMesa), not by mujoco.Renderer (which asks GLFW first)
     try:
-        r = mujoco.Renderer(model, height, width)
-        r.update_scene(data, camera=camera)
+        scene, option, cam = mujoco.MjvScene(model, maxgeom=10_000), mujoco.MjvOption(), mujoco.MjvCamera()
+        cam.type, cam.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, model.camera(camera).id
+        context = mujoco.MjrContext(model, mujoco.mjtFontScale.mjFONTSCALE_150)
+        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, context)
+        mujoco.mjv_updateScene(model, data, option, None, cam, mujoco.mjtCatBit.mjCAT_ALL, scene)
         if fast:
-            r.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-            r.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+            scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
         if segment:
-            r.enable_segmentation_rendering()
-            r.update_scene(data, camera=camera)
-            out = r.render()
-            ids = np.where(out[..., 1] == mujoco.mjtObj.mjOBJ_GEOM, out[..., 0], -1)
+            scene.flags[mujoco.mjtRndFlag.mjRND_SEGMENT] = 1
+            scene.flags[mujoco.mjtRndFlag.mjRND_IDCOLOR] = 1
+        viewport = mujoco.MjrRect(0, 0, width, height)
+        mujoco.mjr_render(viewport, scene, context)
+        rgb = np.empty((height, width, 3), dtype=np.uint8)
+        mujoco.mjr_readPixels(rgb, None, viewport, context)
+        rgb = rgb[::-1]
+        if segment:  # the scene's geom index + 1 in the colour channels (as mujoco.Renderer decodes it)
+            idx = rgb[..., 0].astype(np.int64) + (rgb[..., 1].astype(np.int64) << 8) + \
+                (rgb[..., 2].astype(np.int64) << 16) - 1
+            lookup = np.full(scene.ngeom + 1, -1, np.int64)
+            for k in range(scene.ngeom):
+                if scene.geoms[k].objtype == mujoco.mjtObj.mjOBJ_GEOM:
+                    lookup[k] = scene.geoms[k].objid
+            out = np.where((idx >= 0) & (idx < scene.ngeom), lookup[np.clip(idx, 0, scene.ngeom)], -1)
         else:
-            ids = r.render().copy()
-        r.close()
+            out = np.ascontiguousarray(rgb)
+        context.free()
     finally:
         model.vis.quality.offsamples = offsamples
         ctx.free()
-    return ids
+    return out
