@@ -184,6 +184,14 @@ class MiniLiberoEnv(TabletopEnv):
 
     def _setup(self) -> None:
         m = self.sim.model
+        self.renderer = None
+        if self.cfg.observation == "pixels":  # both cameras of every env, batched (kernels/mesh_raster_numba.py)
+            from embodied.sim_backends.mujoco_cpu.batch_render import BatchRenderer
+            from embodied.tasks.manipulation.scene import CAMERAS
+
+            if not 16 <= self.cfg.image_size <= 256:
+                raise UserError(f"image_size must be in 16..256, got {self.cfg.image_size}")
+            self.renderer = BatchRenderer(self.sim, CAMERAS, self.cfg.image_size)
         self.cube_body = torch.tensor([m.body(c).id for c in COLOURS])
         self.cube_qpos = [int(m.jnt_qposadr[m.body(c).jntadr[0]]) for c in COLOURS]
         self.cube_dof = torch.tensor([int(m.jnt_dofadr[m.body(c).jntadr[0]]) for c in COLOURS])
@@ -279,9 +287,12 @@ class MiniLiberoEnv(TabletopEnv):
         proprio = torch.cat([grip, rot6(rot), self.finger_opening()[:, None]], 1)
         objects = self._objects_state()
         text = self.instructions.embed(self.instruction_row)
-        if self.cfg.observation == "pixels":
-            raise UserError("mini-libero observation=pixels: the cameras come with the batched renderer")
-        policy = torch.cat([proprio.float(), objects.float(), text], 1)
+        if self.renderer is not None:  # [N, cameras, H, W, 3] uint8 -> channel-major floats in [0, 1]
+            images = self.renderer.render(self.sim)
+            image = images.permute(0, 1, 4, 2, 3).reshape(self.num_envs, -1).float().mul_(1.0 / 255.0)
+            policy = torch.cat([proprio.float(), image, text], 1)
+        else:
+            policy = torch.cat([proprio.float(), objects.float(), text], 1)
         s, c = self.sim, self.controller
         critic = torch.cat([proprio, objects, self.goal_point(), s.qpos[:, c.arm_qpos], s.qvel[:, c.arm_dof]], 1)
         return {"policy": policy, "critic": torch.cat([critic.float(), text], 1), "text": text.clone()}
@@ -333,10 +344,13 @@ class MiniLiberoEnv(TabletopEnv):
         objects = (*(Term(f"{c}_cube", 5, "m|1", "world", "position, cos and sin of 4 x yaw") for c in COLOURS),
                    Term("plate_pos", 3, "m", "world"), Term("tray_pos", 3, "m", "world"))
         text = Term("instruction", TEXT_DIM, "1", "", "MiniLM embedding of the instruction", source="instruction")
+        size = self.cfg.image_size
+        image = Term("cameras", 6 * size * size, "1", "", "agentview then wrist RGB in [0, 1], channel-major",
+                     shape=(6, size, size))
         action = (ActionTerm("ee_translation", 3, "m", scale=self.cfg.max_translation),
                   ActionTerm("ee_rotation", 3, "rad", scale=self.cfg.max_rotation),
                   ActionTerm("gripper", 1, "1", description="> 0 closes"))
-        obs = {"policy": (*proprio, *objects, text),
+        obs = {"policy": (*proprio, image, text) if self.renderer is not None else (*proprio, *objects, text),
                "critic": (*proprio, *objects, Term("goal_point", 3, "m", "world"),
                           Term("arm_qpos", 7, "rad"), Term("arm_qvel", 7, "rad/s"), text),
                "text": (text,)}
