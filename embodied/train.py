@@ -65,10 +65,10 @@ def build(cfg: RunConfig, run_dir: Path):
                        learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
                        collector.layout(), cfg.data, cfg.base, spec.success_metric)
     try:
-        algo = algo_cls.build(cfg.algo_config, ctx)
-    except ValueError as e:  # torch's checks of the learner's settings (a negative lr, ...) are the user's input
-        collector.close()
-        raise UserError(f"{cfg.algo}: {e}") from None
+        try:
+            algo = algo_cls.build(cfg.algo_config, ctx)
+        except ValueError as e:  # torch's checks of the learner's settings (a negative lr...) are the user's input
+            raise UserError(f"{cfg.algo}: {e}") from None
         if cfg.init:
             warm_start(algo.actor(), cfg.init)
     except BaseException:
@@ -81,7 +81,7 @@ def build(cfg: RunConfig, run_dir: Path):
 def warm_start(actor: torch.nn.Module, source: str) -> None:
     """Load every weight of ``actor`` (and its normalizer's statistics) from the policy of the run ``source``'s
     latest checkpoint (``init=RUN``): a fine-tuning run starts from a cloned policy. The two policies must be built
-    alike (same spec name and sizes)."""
+    alike (same spec name and sizes). The policy's observation normalizer is frozen from there on."""
     from embodied.policies import policy_spec
 
     ckpt = load_checkpoint(Path(source))
@@ -96,6 +96,11 @@ def warm_start(actor: torch.nn.Module, source: str) -> None:
         first = str(e).strip().splitlines()
         raise UserError(f"init={source}: its policy does not fit this run's ({first[-1].strip() if first else e})"
                         ) from None
+    from embodied.policies.normalizer import EmpiricalNormalizer
+
+    for module in actor.modules():  # the inputs stay scaled as the policy was trained with
+        if isinstance(module, EmpiricalNormalizer):
+            module.frozen = True
     if hasattr(actor, "init_kwargs"):  # kwargs that the weights carry (a VLA's action range) follow them
         for key in ("low", "high"):
             if key in spec["kwargs"] and key in actor.init_kwargs:

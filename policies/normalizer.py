@@ -19,6 +19,9 @@ class EmpiricalNormalizer(nn.Module):
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("var", torch.ones(dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        # a frozen normalizer keeps its statistics: a fine-tuned policy (init=RUN) sees its inputs scaled as the
+        # policy it starts from was trained with (new rollouts would shift them under it)
+        self.frozen = False
         self._pin()
 
     @torch.no_grad()
@@ -32,7 +35,7 @@ class EmpiricalNormalizer(nn.Module):
     def update(self, x: torch.Tensor) -> None:
         """``x: [B, dim]``."""
         n_b = x.shape[0]
-        if n_b == 0:
+        if n_b == 0 or self.frozen:
             return
         m_b = x.mean(0)
         v_b = x.var(0, unbiased=False)

@@ -16,7 +16,7 @@ from embodied.algos.gae import gae
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
-from embodied.policies import GaussianActor, ValueCritic
+from embodied.policies import GaussianActor, ValueCritic, update_normalizer
 from embodied.policies.actor_critic import CategoricalActor, sample_action
 from embodied.policies.normalizer import EmpiricalNormalizer
 
@@ -36,6 +36,9 @@ class PPOConfig:
     target_kl: float | None = 0.02  # stop the epoch loop when approx KL exceeds this (None: off)
     entropy_coef: float = 0.0
     value_coef: float = 0.5
+    # updates in which only the critic learns (VLA-RL's critic warm-up: a fine-tuned actor is not steered by a
+    # random critic's advantages)
+    critic_warmup: int = 0
     max_grad_norm: float = 1.0
     init_log_std: float = -0.5
     normalize_advantages: bool = True
@@ -72,8 +75,16 @@ class PPO(Algorithm):
             raise UserError("policy.symmetrize is implemented for the off-policy learners (td3, sac), not ppo; "
                             "add policy.symmetrize=false")
         critic_group = "critic" if "critic" in ctx.obs_space.spaces else "policy"
+        actor = None
+        if ctx.policy.arch == "vla":  # the language-conditioned policy; the critic stays a separate network
+            from embodied.vla.build import build_vla
+
+            if not isinstance(ctx.action_space, gym.spaces.Box):
+                raise UserError("policy.arch=vla needs continuous (Box) actions")
+            actor = build_vla(ctx, ctx.action_space.shape[0])
         return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
-                   total_steps=ctx.total_steps, image=ctx.image("policy"), critic_image=ctx.image(critic_group))
+                   total_steps=ctx.total_steps, image=ctx.image("policy"), critic_image=ctx.image(critic_group),
+                   actor=actor)
 
     @property
     def rollout_length(self) -> int:
@@ -81,14 +92,16 @@ class PPO(Algorithm):
 
     def __init__(self, cfg: PPOConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
                  device: torch.device, seed: int, total_steps: int | None = None, image: list | None = None,
-                 critic_image: list | None = None):
+                 critic_image: list | None = None, actor: nn.Module | None = None):
         self.cfg, self.device = cfg, torch.device(device)
         obs_dim, cdim, act_dim = obs_space["policy"].shape[0], critic_dim(obs_space), action_space.shape[0]
         discrete = isinstance(action_space, gym.spaces.MultiDiscrete)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         torch.manual_seed(seed)  # network initialization
-        if discrete:  # a categorical head per dimension (GSDrive's anchor actions, any discrete task)
+        if actor is not None:  # built by the caller (a VLA)
+            self.pi = actor.to(self.device)
+        elif discrete:  # a categorical head per dimension (GSDrive's anchor actions, any discrete task)
             self.pi = CategoricalActor(obs_dim, action_space.nvec.tolist(), policy.actor_hidden, policy.activation,
                                        policy.obs_normalization, image=image).to(self.device)
         else:
@@ -127,9 +140,9 @@ class PPO(Algorithm):
         s.dones[t] = (tr.terminated | tr.truncated).float()
         s.step += 1
         self._next_cobs = critic_obs(tr.next_obs)
-        for module, x in ((self.pi, tr.obs["policy"]), (self.v, critic_obs(tr.obs))):
-            if hasattr(module.normalizer, "update"):
-                module.normalizer.update(x)
+        update_normalizer(self.pi, tr.obs["policy"])
+        if hasattr(self.v.normalizer, "update"):
+            self.v.normalizer.update(critic_obs(tr.obs))
 
     def _targets(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Advantages and value targets ``[T, N]`` of the stored rollout (GAE)."""
@@ -207,6 +220,8 @@ class PPO(Algorithm):
         else:
             value_loss = ((values - returns) ** 2).mean()
         entropy = dist.entropy().sum(-1).mean()
+        if self.num_updates < cfg.critic_warmup:  # a warm-started actor waits until the critic has learned
+            policy_loss, entropy = policy_loss * 0.0, entropy * 0.0
         loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator (Schulman 2020)
