@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--lockstep", action="store_true", help="no real-time pacing (a simulated plant waits)")
     d.add_argument("--geofence", type=float, default=None, help="land when the position leaves this radius [m]")
     d.add_argument("--max-rate", type=float, default=None, help="rate limit [action units / s]")
+    d.add_argument("--instruction", default=None, help="a language-conditioned bundle: the instruction to follow "
+                   "(one the bundle knows)")
     d.add_argument("--residual-limit", type=float, default=None,
                    help="a residual bundle: bound |action - base action| per entry [normalized action units] "
                         "(default: the limit it was trained with)")
@@ -82,7 +84,7 @@ def _cmd_deploy(args) -> int:
     if args.rate is not None and args.rate <= 0:
         raise UserError("--rate must be > 0")
     summary = deploy(Path(args.bundle), args.robot, args.duration, args.rate, args.backend,
-                     Path(args.log_dir) if args.log_dir else None, args.lockstep,
+                     Path(args.log_dir) if args.log_dir else None, args.lockstep, args.instruction,
                      safety=SafetyConfig(max_rate=args.max_rate, geofence_radius=args.geofence,
                                          residual_limit=args.residual_limit))
     print(json.dumps(summary))

@@ -114,6 +114,12 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     out = Path(out)
     _writable(out)
     actor = actor.eval()
+    from embodied.vla.build import instruction_term
+
+    text = instruction_term(layout)
+    if text is not None:  # a language-conditioned policy: ONNX with the instruction as its own input
+        return _write_instruction_bundle(actor, layout, np.ascontiguousarray(obs, np.float32), out, fmt, task,
+                                         source, text)
     ops, obs_dim = program(actor)
     # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
     op = residual_op(ops)
@@ -169,6 +175,49 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     if not parity["passed"]:
         raise UserError(f"parity failed (tolerance {PARITY_TOL}): " + ", ".join(
             f"{k} {v:.2e}" for k, v in parity.items() if "_vs_" in k) + f"; report in {out / 'parity.json'}")
+    return meta
+
+
+def _write_instruction_bundle(actor, layout: Layout, obs: np.ndarray, out: Path, fmt: str, task, source,
+                              text: list[int]) -> dict:
+    """``write_bundle`` of a policy with an instruction term (``embodied.vla.export``): ``policy.onnx`` takes the
+    observation without it (``obs``) and the instruction's embedding (``instruction``); ``instructions.npy`` holds
+    the embeddings of the instructions the task knows (their strings in ``bundle.json``), so the deploy side needs
+    no text encoder for them. ONNX only."""
+    from embodied.provenance import code_commit, versions
+    from embodied.vla.export import export_onnx, split_instruction
+    from embodied.vla.text import encode
+
+    if fmt == "c":
+        raise UserError("instruction-conditioned policies export to ONNX only (--format onnx); the C emitter and "
+                        "the serial firmware carry state vectors")
+    np.save(out / "observations.npy", obs)
+    export_onnx(actor, text, obs.shape[1], out / "policy.onnx")
+    ref = actor(torch.from_numpy(obs)).numpy()
+    o, t = split_instruction(obs, text)
+    onnx_out = _session(out / "policy.onnx").run(None, {"obs": o, "instruction": t})[0]
+    parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL,
+              "torch_vs_onnxruntime": float(np.abs(onnx_out - ref).max())}
+    parity["passed"] = parity["torch_vs_onnxruntime"] <= PARITY_TOL
+    instructions = list(layout.extras.get("instructions", []))
+    np.save(out / "instructions.npy", encode(instructions) if instructions else np.zeros((0, text[1]), np.float32))
+    files = ["policy.onnx", "observations.npy", "instructions.npy"]
+    (out / "parity.json").write_text(json.dumps(parity, indent=1))
+    meta = {
+        "format": FORMAT, "task": task, "layout": layout.to_dict(),
+        "policy": {"input": "obs", "inputs": ["obs", "instruction"], "output": "action",
+                   "obs_dim": obs.shape[1] - int(text[1]), "instruction_dim": int(text[1]),
+                   "act_dim": layout.action_size, "actor": type(actor).__name__, "instructions": instructions},
+        "run": source,
+        "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
+                     **versions("torch", "onnx", "onnxruntime")},
+        "parity": parity, "c": {"skipped": "instruction-conditioned policy: ONNX only"},
+        "files": {name: sha256(out / name) for name in files},
+    }
+    (out / "bundle.json").write_text(json.dumps(meta, indent=1))
+    if not parity["passed"]:
+        raise UserError(f"parity failed (tolerance {PARITY_TOL}): torch_vs_onnxruntime "
+                        f"{parity['torch_vs_onnxruntime']:.2e}; report in {out / 'parity.json'}")
     return meta
 
 
@@ -273,6 +322,13 @@ class PolicyRunner:
         self.meta, self.backend = meta, backend
         self.layout: Layout = meta["layout"]
         self.obs_dim, self.act_dim = int(meta["policy"]["obs_dim"]), int(meta["policy"]["act_dim"])
+        # a language-conditioned bundle: the instruction's embedding is an input of its own (``set_instruction``)
+        self.instruction_dim = int(meta["policy"].get("instruction_dim", 0))
+        self.instructions = list(meta["policy"].get("instructions", []))
+        self._instruction = np.zeros((1, self.instruction_dim), np.float32)
+        self._has_instruction = False
+        if self.instruction_dim and backend != "onnx":
+            raise UserError(f"bundle {meta['dir']} is instruction-conditioned: it runs on onnx only")
         self.state_dim = self.layout.robot_size("policy")
         self._obs = np.zeros((1, self.obs_dim), np.float32)
         residual = meta["policy"].get("residual")
@@ -281,9 +337,11 @@ class PolicyRunner:
         outputs = ["action", "base_action"] if residual else ["action"]
         # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
         # terms' slots; as views of the one observation buffer, made once
-        slices = self.layout.slices("policy")
+        slices = _slices_without_instruction(self.layout)
         runs, self._history, s = [], [], 0
         for t in self.layout.terms("policy"):
+            if t.source == "instruction":
+                continue
             sl = slices[t.name]
             if t.source == "robot":
                 if runs and runs[-1][0].stop == sl.start:
@@ -309,7 +367,8 @@ class PolicyRunner:
                 self._run, self._run_args = sess.run, (outputs, None, ort.RunOptions())
             else:
                 self._run, self._run_args = self.session.run, (outputs, None)
-            self._run_args = (self._run_args[0], {"obs": self._obs}, *self._run_args[2:])
+            feeds = {"obs": self._obs, "instruction": self._instruction} if self.instruction_dim else {"obs": self._obs}
+            self._run_args = (self._run_args[0], feeds, *self._run_args[2:])
             self.c = None
         elif backend == "c":
             if "policy.c" not in meta["files"]:
@@ -328,13 +387,31 @@ class PolicyRunner:
         if self.c is not None:
             self.c.reset()
 
-    def forward(self, obs: np.ndarray) -> np.ndarray:
+    def set_instruction(self, text: str) -> None:
+        """The instruction the policy follows: one of the bundle's known instructions (``instructions``)."""
+        if not self.instruction_dim:
+            raise UserError("this bundle's policy takes no instruction")
+        if text not in self.instructions:
+            known = "; ".join(repr(s) for s in self.instructions[:6]) + (" ..." if len(self.instructions) > 6 else "")
+            raise UserError(f"instruction {text!r} is not one the bundle knows ({len(self.instructions)}: {known})")
+        table = np.load(self.meta["dir"] / "instructions.npy")
+        self._instruction[0] = table[self.instructions.index(text)]
+        self._has_instruction = True
+
+    def forward(self, obs: np.ndarray, instruction: np.ndarray | None = None) -> np.ndarray:
         obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
         if self.c is not None:
             return self.c.forward(obs)
+        if self.instruction_dim:
+            inst = np.broadcast_to(self._instruction if instruction is None else instruction,
+                                   (obs.shape[0], self.instruction_dim))
+            return self.session.run(None, {"obs": obs, "instruction": np.ascontiguousarray(inst, np.float32)})[0]
         return self.session.run(None, {"obs": obs})[0]
 
     def act(self, state: np.ndarray) -> np.ndarray:
+        if self.instruction_dim and not self._has_instruction:
+            raise UserError("this bundle's policy follows an instruction: give one (set_instruction, or "
+                            "embodied deploy --instruction)")
         if self.c is not None:
             a = self.c.step(state)
             if self.base_action is not None:
@@ -353,6 +430,17 @@ class PolicyRunner:
             np.copyto(older, newer)  # overlapping: numpy copies as if through a temporary
             _clip(a, _LO, _HI, out=last)
         return a
+
+
+def _slices_without_instruction(layout: Layout) -> dict[str, slice]:
+    """Each policy term's entries in the bundle's ``obs`` input: the policy vector without its instruction terms."""
+    out, start = {}, 0
+    for t in layout.terms("policy"):
+        if t.source == "instruction":
+            continue
+        out[t.name] = slice(start, start + t.size)
+        start += t.size
+    return out
 
 
 def load_bundle(path, backend: str = "onnx") -> PolicyRunner:

@@ -56,3 +56,30 @@ def test_init_from_another_policy_is_one_clear_error(bc_run, tmp_path):
     cfg = load_config("point-reach-language", None, [*QUIET, "algo=grpo", f"init={run_dir}", "num_envs=8"])
     with pytest.raises(UserError, match="init="):
         train(cfg, tmp_path / "x")
+
+
+def test_export_takes_the_instruction_as_an_input(bc_run, tmp_path):
+    import numpy as np
+
+    from embodied.checkpoint import policy_from_checkpoint
+    from embodied.hardware.bundle import export_run, load_bundle
+
+    run_dir, _ = bc_run
+    meta = export_run(run_dir, tmp_path / "bundle", fmt="onnx", count=64)
+    assert meta["parity"]["passed"] and meta["policy"]["inputs"] == ["obs", "instruction"]
+    runner = load_bundle(tmp_path / "bundle")
+    text = "move to the bottom right corner"
+    runner.set_instruction(text)
+    obs = np.load(tmp_path / "bundle" / "observations.npy")[:8]
+    actor = policy_from_checkpoint(load_checkpoint(run_dir), run_dir).actor
+    from embodied.vla.text import encode
+
+    full = obs.copy()
+    full[:, 2:] = encode([text])  # point-reach-language: [pos (2), instruction (384)]
+    expected = actor(torch.from_numpy(full)).detach().numpy()
+    assert np.allclose(runner.forward(obs[:, :2]), expected, atol=1e-5)
+    assert np.allclose(runner.act(obs[0, :2]), expected[0], atol=1e-5)
+    with pytest.raises(UserError, match="not one the bundle knows"):
+        runner.set_instruction("fly to the moon")
+    with pytest.raises(UserError, match="ONNX only"):
+        export_run(run_dir, tmp_path / "c", fmt="c", count=64)

@@ -102,7 +102,8 @@ class PointReachEnv(ManagedVecEnv):
         obs = {"policy": (Term("pos", 2, "m"), *goal)}
         if self.language:
             obs["text"] = goal
-        return Layout(obs, (ActionTerm("velocity", 2, "m/step", scale=self.cfg.speed),), 1.0 / self.control_dt)
+        return Layout(obs, (ActionTerm("velocity", 2, "m/step", scale=self.cfg.speed),), 1.0 / self.control_dt,
+                      extras={"instructions": self.table.texts} if self.language else {})
 
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "pos": self.pos.clone(), "goal": self.goal.clone(),

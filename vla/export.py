@@ -1,0 +1,54 @@
+"""The VLA's action path as ONNX with the instruction embedding as its own input.
+
+Inputs: ``obs`` ``[B, obs_dim - 384]`` (the policy observation without its instruction term, the other terms in the
+layout's order) and ``instruction`` ``[B, 384]`` (the MiniLM embedding; the bundle carries the embeddings of the
+instructions its task knows); output ``action`` ``[B, act_dim]``: the first action of the deterministic chunk (the
+deploy side runs it every control step). The text encoder itself is not in the policy's graph."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodied.core.errors import UserError
+
+
+class InstructionInput(nn.Module):
+    """``(obs without the instruction, instruction) -> action`` around an actor that reads one flat vector."""
+
+    def __init__(self, actor: nn.Module, text: list[int], obs_dim: int):
+        super().__init__()
+        self.actor = actor
+        self.start, self.size, self.obs_dim = int(text[0]), int(text[1]), int(obs_dim)
+
+    def forward(self, obs: torch.Tensor, instruction: torch.Tensor) -> torch.Tensor:
+        full = torch.cat([obs[:, :self.start], instruction, obs[:, self.start:]], 1)
+        return self.actor(full)
+
+
+def split_instruction(obs: np.ndarray, text: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A flat observation ``[B, obs_dim]`` as the two ONNX inputs."""
+    a, n = int(text[0]), int(text[1])
+    return (np.ascontiguousarray(np.concatenate([obs[:, :a], obs[:, a + n:]], 1), np.float32),
+            np.ascontiguousarray(obs[:, a:a + n], np.float32))
+
+
+@torch.no_grad()
+def export_onnx(actor: nn.Module, text: list[int], obs_dim: int, path: Path, opset: int = 17) -> None:
+    """Write ``actor``'s deterministic first action as ONNX at ``path`` (dynamic batch)."""
+    wrapper = InstructionInput(actor.eval(), text, obs_dim).eval()
+    obs = torch.zeros(2, obs_dim - int(text[1]))
+    instruction = torch.zeros(2, int(text[1]))
+    try:
+        with warnings.catch_warnings():  # the TorchScript exporter: deprecated, but it needs no onnxscript
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.onnx.export(wrapper, (obs, instruction), str(path), input_names=["obs", "instruction"],
+                              output_names=["action"], dynamic_axes={"obs": {0: "batch"}, "instruction": {0: "batch"},
+                                                                     "action": {0: "batch"}},
+                              opset_version=opset, dynamo=False)
+    except Exception as e:  # noqa: BLE001 - torch's exporter fails in many ways; the user gets one line
+        raise UserError(f"ONNX export of the VLA failed: {type(e).__name__}: {str(e).splitlines()[0]}") from None
