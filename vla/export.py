@@ -43,6 +43,8 @@ def export_onnx(actor: nn.Module, text: list[int], obs_dim: int, path: Path, ops
     wrapper = InstructionInput(actor.eval(), text, obs_dim).eval()
     obs = torch.zeros(2, obs_dim - int(text[1]))
     instruction = torch.zeros(2, int(text[1]))
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # the fused transformer layer has no ONNX form; the plain one
     try:
         with warnings.catch_warnings():  # the TorchScript exporter: deprecated, but it needs no onnxscript
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -52,3 +54,5 @@ def export_onnx(actor: nn.Module, text: list[int], obs_dim: int, path: Path, ops
                               opset_version=opset, dynamo=False)
     except Exception as e:  # noqa: BLE001 - torch's exporter fails in many ways; the user gets one line
         raise UserError(f"ONNX export of the VLA failed: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
