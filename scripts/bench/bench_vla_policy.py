@@ -65,11 +65,11 @@ def main() -> None:
             for b in (1, 64):
                 x = torch.rand(b, kw["obs_dim"])
                 with torch.no_grad():
-                    row[f"torch_ms_b{b}"] = median_ms(lambda x=x: policy(x), args.repeats)
+                    row[f"torch_ms_b{b}"] = median_ms(lambda x=x, p=policy: p(x), args.repeats)
                     ref = policy(x).numpy()
                 o, t = split_instruction(x.numpy(), kw["text"])
                 feeds = {"obs": o, "instruction": t}
-                row[f"onnxruntime_ms_b{b}"] = median_ms(lambda feeds=feeds: sess.run(None, feeds), args.repeats)
+                row[f"onnxruntime_ms_b{b}"] = median_ms(lambda feeds=feeds, s=sess: s.run(None, feeds), args.repeats)
                 row[f"parity_b{b}"] = float(np.abs(sess.run(None, feeds)[0] - ref).max())
         rows.append(row)
         print(row, file=sys.stderr, flush=True)
