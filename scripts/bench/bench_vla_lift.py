@@ -1,0 +1,161 @@
+"""RL lift of the VLA on mini-libero (issue 13): per seed and demonstration budget (1 and 10 per task),
+
+- ``bc{k}``: ``embodied collect-demos --task mini-libero --episodes 13k`` (spread over the 13 tasks), then
+  ``embodied train algo=bc policy.arch=vla data=DEMOS`` (``--bc-steps`` gradient steps);
+- ``grpo{k}``: ``embodied train algo=grpo policy.arch=vla init=BC_RUN`` for ``--rl-steps`` env steps;
+- ``ppo{k}``: ``embodied train algo=ppo policy.arch=vla init=BC_RUN`` (critic warm-up) for the same env steps;
+
+each scored by ``embodied eval --episodes 130`` (10 per task in expectation; per-task and per-group success), the
+BC runs also on the held-out paraphrases (``env.phrasing=heldout``). Observations: ``--observation state`` (the
+objects' state; default) or ``pixels`` (agentview + wrist). Wall-clock per step and the pipeline's (demos + BC + RL,
+from the first command's start) are recorded. Goal: RL adds >= 30 points to the 1-demo BC policy and reaches >= 90%
+from the 10-demo one; BC + RL <= 2 hours on 2 cores (aim 30 minutes).
+
+Resumable: one JSON per (variant, seed) under ``--out``; finished ones are skipped. ``--plot`` draws the curves
+(eval success against env steps of the RL runs) as a PNG beside them.
+
+    python scripts/bench/bench_vla_lift.py [--seeds 0 1 2] [--demos 1 10] [--variants bc grpo ppo] [--rl-steps N]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import emit, machine_info  # noqa: E402
+
+TASK = "mini-libero"
+TASKS_PER_SUITE = 13
+COMMON = ["log.progress=false", "log.checkpoint_every=0", "torch_threads=2", "policy.arch=vla"]
+BC = ["algo=bc", "policy.vla.label_sigma=8", "bc.batch_size=256", "num_envs=26", "log.eval_every=0",
+      "log.eval_episodes=26"]
+RL = {"grpo": ["algo=grpo", "num_envs=64", "grpo.group_size=8", "grpo.lr=1e-4", "grpo.temperature=1.0",
+               "log.eval_every=50000", "log.eval_episodes=65"],
+      "ppo": ["algo=ppo", "num_envs=64", "ppo.num_steps=50", "ppo.lr=1e-4", "ppo.critic_warmup=5",
+              "policy.critic_hidden=[256,256]", "ppo.entropy_coef=0.0", "log.eval_every=50000",
+              "log.eval_episodes=65"]}
+
+
+def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall, proc.stderr
+
+
+def _train(run_dir: Path, args: list[str], timeout_s: float) -> tuple[dict, float, str]:
+    if run_dir.exists():  # a run stopped before its JSON was written starts afresh
+        shutil.rmtree(run_dir)
+    return _run(["embodied", "train", "--task", TASK, "--run-dir", str(run_dir), *args, *COMMON], timeout_s)
+
+
+def _eval(run_dir: Path, episodes: int, timeout_s: float, *overrides: str) -> dict:
+    out, _, _ = _run(["embodied", "eval", "--run", str(run_dir), "--episodes", str(episodes), *overrides], timeout_s)
+    per_task = {k[len("eval/success/"):]: v for k, v in out.items() if k.startswith("eval/success/")}
+    groups = {}
+    for g in ("spatial", "object", "goal"):
+        vals = [v for k, v in per_task.items() if k.startswith(g)]
+        if vals:
+            groups[g] = round(sum(vals) / len(vals), 3)
+    return {"success": out["eval/success"], "per_group": groups, "per_task": per_task}
+
+
+def _curve(run_dir: Path) -> list[tuple[int, float, float]]:
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [(r["step"], round(r["eval/success"], 3), round(r.get("time/train_s", 0.0), 1)) for r in rows
+            if "eval/success" in r]
+
+
+def main() -> None:
+    from embodied.provenance import code_commit
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    ap.add_argument("--demos", type=int, nargs="*", default=[1, 10], help="demonstrations per task")
+    ap.add_argument("--variants", nargs="*", default=["bc", "grpo", "ppo"], choices=["bc", "grpo", "ppo"])
+    ap.add_argument("--bc-steps", type=int, default=2000)
+    ap.add_argument("--rl-steps", type=int, default=300_000)
+    ap.add_argument("--observation", default="state", choices=["state", "pixels"])
+    ap.add_argument("--eval-episodes", type=int, default=130)
+    ap.add_argument("--timeout-s", type=float, default=4 * 3600.0)
+    ap.add_argument("--out", default="bench_results/vla_lift")
+    ap.add_argument("--plot", action="store_true", help="only draw the curves of what ran")
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    obs = [f"env.observation={args.observation}"]
+    if not args.plot:
+        for seed in args.seeds:
+            for k in args.demos:
+                pipeline_t0 = time.perf_counter()
+                for variant in args.variants:
+                    name = f"{variant}{k}"
+                    path = out / f"{name}_{args.observation}_seed{seed}.json"
+                    if path.exists() and json.loads(path.read_text()).get("finished"):
+                        continue
+                    print(f"running {name} seed {seed}", file=sys.stderr, flush=True)
+                    bc_dir = out / "runs" / f"bc{k}_{args.observation}_seed{seed}"
+                    result = {"variant": name, "seed": seed, "demos_per_task": k, "observation": args.observation}
+                    if variant == "bc":
+                        demos = out / "demos" / f"demos{k}_seed{seed}"
+                        if demos.exists():
+                            shutil.rmtree(demos)
+                        summary, demo_wall, _ = _run(
+                            ["embodied", "collect-demos", "--task", TASK, "--episodes", str(k * TASKS_PER_SUITE),
+                             "--out", str(demos), "--seed", str(1000 + seed), "--num-envs", "26"], args.timeout_s)
+                        _, wall, log = _train(bc_dir, [*BC, *obs, f"seed={seed}", f"data={demos}",
+                                                       f"total_steps={args.bc_steps}"], args.timeout_s)
+                        result.update(demos=summary, demos_wall_s=round(demo_wall, 1), train_wall_s=round(wall, 1),
+                                      policy=next((ln for ln in log.splitlines() if ln.startswith("vla:")), ""),
+                                      eval=_eval(bc_dir, args.eval_episodes, args.timeout_s),
+                                      heldout=_eval(bc_dir, args.eval_episodes, args.timeout_s,
+                                                    "env.phrasing=heldout"))
+                    else:
+                        if not bc_dir.exists():
+                            raise SystemExit(f"{name} needs {bc_dir}: run the bc variant first")
+                        run_dir = out / "runs" / f"{name}_{args.observation}_seed{seed}"
+                        summary, wall, _ = _train(run_dir, [*RL[variant], *obs, f"seed={seed}", f"init={bc_dir}",
+                                                            f"total_steps={args.rl_steps}"], args.timeout_s)
+                        result.update(train_wall_s=round(wall, 1), curve=_curve(run_dir),
+                                      eval=_eval(run_dir, args.eval_episodes, args.timeout_s))
+                    result.update(finished=True, pipeline_wall_s=round(time.perf_counter() - pipeline_t0, 1),
+                                  commit=code_commit(), machine=machine_info())
+                    path.write_text(json.dumps(result, indent=1))
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("*_seed*.json"))]
+    _plot(runs, out / "vla_lift.png")
+    emit({"benchmark": "vla_lift", "machine": machine_info(), "runs": [
+        {k: r.get(k) for k in ("variant", "seed", "observation", "train_wall_s", "pipeline_wall_s")}
+        | {"success": r["eval"]["success"], "per_group": r["eval"]["per_group"],
+           "heldout_success": (r.get("heldout") or {}).get("success")} for r in runs]}, None)
+
+
+def _plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in runs:
+        if r.get("curve"):
+            steps, success = [c[0] for c in r["curve"]], [c[1] for c in r["curve"]]
+            ax.plot(steps, success, marker="o", label=f"{r['variant']} seed {r['seed']}")
+        elif r["variant"].startswith("bc"):
+            ax.axhline(r["eval"]["success"], ls="--", lw=0.8, label=f"{r['variant']} seed {r['seed']}")
+    ax.set_xlabel("RL env steps")
+    ax.set_ylabel("success (mini-libero, 13 tasks)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
