@@ -38,6 +38,7 @@ class VLAConfig:
     execute: int = 1  # of a chunk, the actions executed before the policy looks again (RL acts on the first)
     label_smoothing: float = 0.0  # behaviour cloning on tokens: mixed with a uniform over the bins
     label_sigma: float = 0.0  # [bins] behaviour cloning on tokens: targets spread as a Gaussian over nearby bins
+    text_noise: float = 0.03  # behaviour cloning: Gaussian noise (std per entry) on the instruction embedding
 
 
 @dataclass

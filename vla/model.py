@@ -196,11 +196,19 @@ class VLAPolicy(ChunkQueue, nn.Module):
 
     # ---- learning ----------------------------------------------------------------------------------
     def bc_loss(self, obs: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0,
-                label_sigma: float = 0.0) -> torch.Tensor:
+                label_sigma: float = 0.0, text_noise: float = 0.0, generator: torch.Generator | None = None
+                ) -> torch.Tensor:
         """Behaviour cloning on a target chunk ``[B, chunk, act_dim]``: cross-entropy on its bins (tokens), or the
         Gaussian negative log-likelihood of the chunk (continuous). ``label_sigma`` > 0 [bins] spreads each target
         over its neighbouring bins (a discretized Gaussian around the action's exact position): a demonstration's
-        action noise spans many bins, and a one-hot target over-fits it."""
+        action noise spans many bins, and a one-hot target over-fits it. ``text_noise`` > 0 perturbs each
+        instruction embedding by Gaussian noise of that std per entry (then back to unit length): a policy that saw
+        two phrasings per task otherwise keys on their exact embeddings and ignores a paraphrase."""
+        if text_noise > 0:
+            t = obs[:, self.text_slice]
+            t = t + text_noise * torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype)
+            obs = torch.cat([obs[:, :self.text_slice.start], t / t.norm(dim=1, keepdim=True).clamp_min(1e-6),
+                             obs[:, self.text_slice.stop:]], 1)
         h = self.features(obs)
         if self.head == "tokens":
             logits = self.logits(h).reshape(-1, self.bins)

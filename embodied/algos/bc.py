@@ -107,6 +107,7 @@ class BC(Algorithm):
         self.num_updates = 0
         self._val_loss = float("nan")
         self.label_smoothing, self.label_sigma = p.vla.label_smoothing, p.vla.label_sigma
+        self.text_noise = p.vla.text_noise
 
     def act(self, obs: Obs) -> torch.Tensor:
         return self.pi.act(obs["policy"])
@@ -134,7 +135,8 @@ class BC(Algorithm):
     def loss(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The policy's own cloning loss where it has one (the VLA's cross-entropy on bins), else the action MSE."""
         if hasattr(self.pi, "bc_loss"):
-            return self.pi.bc_loss(obs, target, self.label_smoothing, self.label_sigma)
+            noise = self.text_noise if torch.is_grad_enabled() else 0.0  # the held-out loss: clean instructions
+            return self.pi.bc_loss(obs, target, self.label_smoothing, self.label_sigma, noise, self.generator)
         return ((self.pi(obs) - target) ** 2).mean()
 
     def actor(self) -> nn.Module:

@@ -82,3 +82,12 @@ def test_token_bc_loss_is_cross_entropy_on_the_target_bins():
     logits = pi.logits(pi.features(obs)).reshape(-1, 16)
     expected = torch.nn.functional.cross_entropy(logits, pi.encode(target).reshape(-1))
     assert torch.allclose(pi.bc_loss(obs, target), expected)
+
+
+def test_text_noise_perturbs_only_the_instruction_reproducibly():
+    pi = VLAPolicy(STATE + TEXT, 2, [STATE, TEXT], bins=16)
+    obs, target = torch.rand(6, STATE + TEXT), torch.rand(6, 1, 2) * 2 - 1
+    obs[:, STATE:] /= obs[:, STATE:].norm(dim=1, keepdim=True)
+    clean = pi.bc_loss(obs, target)
+    noisy = [pi.bc_loss(obs, target, text_noise=0.05, generator=torch.Generator().manual_seed(1)) for _ in range(2)]
+    assert torch.equal(noisy[0], noisy[1]) and not torch.equal(noisy[0], clean)
