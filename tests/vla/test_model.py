@@ -85,7 +85,7 @@ def test_token_bc_loss_is_cross_entropy_on_the_target_bins():
 
 
 def test_text_noise_perturbs_only_the_instruction_reproducibly():
-    pi = VLAPolicy(STATE + TEXT, 2, [STATE, TEXT], bins=16)
+    pi = VLAPolicy(STATE + TEXT, 2, [STATE, TEXT], bins=16, chunk=1)
     obs, target = torch.rand(6, STATE + TEXT), torch.rand(6, 1, 2) * 2 - 1
     obs[:, STATE:] /= obs[:, STATE:].norm(dim=1, keepdim=True)
     clean = pi.bc_loss(obs, target)
