@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition
+from embodied.algos.cotrain import DemoLoss
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import GaussianActor
@@ -82,8 +83,6 @@ class GRPO(Algorithm):
             raise UserError("grpo rewards success: the task must report one (TaskSpec.success_metric)")
         if cfg.temperature <= 0 or cfg.clip_low < 0 or cfg.clip_high < 0 or cfg.minibatch_tokens < 1:
             raise UserError("grpo: temperature > 0, clip_low and clip_high >= 0, minibatch_tokens >= 1")
-        if cfg.bc_coef > 0 and not ctx.data:
-            raise UserError("grpo.bc_coef > 0 co-trains on demonstrations: give data=PATH")
         return cls(cfg, ctx)
 
     def __init__(self, cfg: GRPOConfig, ctx: BuildContext):
@@ -104,18 +103,8 @@ class GRPO(Algorithm):
         self.generator.manual_seed(ctx.seed)
         self.seed_generator = torch.Generator().manual_seed(ctx.seed + 7919)  # the groups' initial states
         self.batch_groups = cfg.batch_groups or ctx.num_envs // cfg.group_size
-        self.demos = None
-        if cfg.bc_coef > 0:
-            from embodied.algos.bc import chunk_targets
-            from embodied.datasets import read_transitions
-
-            data = read_transitions(ctx.data, ["policy"])
-            if data["state"].shape[1] != obs_dim:
-                raise UserError(f"the dataset {ctx.data} has {data['state'].shape[1]} observation entries per step; "
-                                f"the task has {obs_dim}")
-            episode = torch.cumsum(data["initial"].long(), 0) - 1
-            target = chunk_targets(data["action"].clamp(-1.0, 1.0), episode, getattr(self.pi, "horizon", 1))
-            self.demos = (data["state"].to(self.device), target.to(self.device))
+        self.demos = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.bc_batch_size, "grpo.bc_coef") \
+            if cfg.bc_coef > 0 else None
         self._new_rollout()
         self.pending: list[dict[str, torch.Tensor]] = []  # kept groups' steps, waiting for an update
         self.fill_rollouts = 0
@@ -207,9 +196,7 @@ class GRPO(Algorithm):
                 loss = -surrogate.mean()
                 bc = torch.zeros(())
                 if self.demos is not None:
-                    j = torch.randint(self.demos[0].shape[0], (self.cfg.bc_batch_size,), generator=self.generator,
-                                      device=self.device)
-                    bc = self.bc_loss(self.demos[0][j], self.demos[1][j])
+                    bc = self.demos(self.pi, self.generator)
                     loss = loss + self.cfg.bc_coef * bc
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -227,11 +214,6 @@ class GRPO(Algorithm):
                 count += 1
         self.num_updates += 1
         return {**log, **{f"grpo/{k}": v / count for k, v in stats.items()}, "grpo/batch_steps": float(n)}
-
-    def bc_loss(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if hasattr(self.pi, "bc_loss"):
-            return self.pi.bc_loss(obs, target)
-        return ((self.pi(obs) - target[:, 0]) ** 2).mean()
 
     def actor(self) -> nn.Module:
         return self.pi

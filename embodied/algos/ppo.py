@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
+from embodied.algos.cotrain import DemoLoss
 from embodied.algos.gae import gae
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
@@ -39,6 +40,8 @@ class PPOConfig:
     # updates in which only the critic learns (VLA-RL's critic warm-up: a fine-tuned actor is not steered by a
     # random critic's advantages)
     critic_warmup: int = 0
+    bc_coef: float = 0.0  # co-training (RLinf-Co): weight of the cloning loss on demonstrations (needs data=PATH)
+    bc_batch_size: int = 256
     max_grad_norm: float = 1.0
     init_log_std: float = -0.5
     normalize_advantages: bool = True
@@ -82,9 +85,13 @@ class PPO(Algorithm):
             if not isinstance(ctx.action_space, gym.spaces.Box):
                 raise UserError("policy.arch=vla needs continuous (Box) actions")
             actor = build_vla(ctx, ctx.action_space.shape[0])
-        return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
+        algo = cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
                    total_steps=ctx.total_steps, image=ctx.image("policy"), critic_image=ctx.image(critic_group),
                    actor=actor)
+        if cfg.bc_coef > 0:
+            algo.demos = DemoLoss(ctx.data, algo.pi, ctx.obs_space["policy"].shape[0], algo.device,
+                                  cfg.bc_batch_size, "ppo.bc_coef")
+        return algo
 
     @property
     def rollout_length(self) -> int:
@@ -113,6 +120,7 @@ class PPO(Algorithm):
         if cfg.lr_schedule not in ("constant", "linear"):
             raise UserError(f"ppo.lr_schedule must be constant or linear, got {cfg.lr_schedule!r}")
         self.opt = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
+        self.demos = None  # co-training on demonstrations (``bc_coef``), set by ``build``
         self.total_steps, self.batch_steps = total_steps, num_envs * cfg.num_steps
         self.storage = RolloutStorage(cfg.num_steps, num_envs, obs_dim, cdim, act_dim, self.device)
         self._next_cobs: torch.Tensor | None = None
@@ -223,6 +231,8 @@ class PPO(Algorithm):
         if self.num_updates < cfg.critic_warmup:  # a warm-started actor waits until the critic has learned
             policy_loss, entropy = policy_loss * 0.0, entropy * 0.0
         loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+        if self.demos is not None and self.num_updates >= cfg.critic_warmup:
+            loss = loss + cfg.bc_coef * self.demos(self.pi, self.generator)
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator (Schulman 2020)
         return {"loss": loss, "ppo/policy_loss": policy_loss.detach(), "ppo/value_loss": value_loss.detach(),

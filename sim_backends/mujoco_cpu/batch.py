@@ -20,8 +20,12 @@ import os
 import warnings
 
 import mujoco
-import mujoco.batch
 import numpy as np
+
+try:  # MuJoCo >= 4; the rest of the package runs on 3.x too (the LIBERO extra pins mujoco < 4)
+    import mujoco.batch
+except ImportError:  # pragma: no cover - only where an older MuJoCo is installed
+    pass
 import torch
 
 from embodied.core.errors import UserError
@@ -60,6 +64,8 @@ class MujocoBatch(SimBackend):
                             "(the learner may still run on CUDA: learner_device=cuda)")
         if num_threads < 1:
             raise UserError(f"sim threads must be >= 1, got {num_threads}")
+        if not hasattr(mujoco, "batch"):
+            raise UserError(f"the mujoco_cpu backend needs MuJoCo >= 4 (mujoco.batch); this is {mujoco.__version__}")
         self.model = load_model(model)
         self.num_envs, self.device = int(num_envs), torch.device("cpu")
         self.frame_skip = int(frame_skip)

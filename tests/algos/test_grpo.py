@@ -64,3 +64,51 @@ def test_grpo_needs_groups_that_divide_the_batch_and_a_success_metric(tmp_path):
         train(load_config("point-reach", None, ["algo=grpo", "num_envs=10", "grpo.group_size=4"]), tmp_path / "a")
     with pytest.raises(UserError, match="success"):
         train(load_config("target", None, ["algo=grpo", "num_envs=8"]), tmp_path / "b")
+
+
+def _grpo(**overrides):
+    from embodied.algos.base import BuildContext
+    from embodied.algos.grpo import GRPO, GRPOConfig
+    from embodied.config import PolicyConfig
+
+    env = embodied.make_env("point-reach", num_envs=4, seed=0)
+    ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
+                       PolicyConfig(), success_metric="success")
+    return GRPO(GRPOConfig(group_size=2, **overrides), ctx)
+
+
+def _rollout(algo, outcomes, length=3):
+    """One episodic rollout of ``length`` steps in which every env's episode ends at the last step with
+    ``outcomes`` (success per env)."""
+    from embodied.algos.base import Transition
+
+    algo.rollout_starts()
+    obs = {"policy": torch.zeros(4, 4)}
+    for t in range(length):
+        action, extras = algo.act(obs)
+        done = torch.full((4,), t == length - 1)
+        algo.observe(Transition(obs, action, torch.zeros(4), done, torch.zeros(4, dtype=torch.bool), obs, extras,
+                                outcome={"success": torch.tensor(outcomes, dtype=torch.float32)}))
+    return algo.update()
+
+
+def test_dynamic_sampling_waits_for_mixed_groups_then_updates():
+    algo = _grpo(batch_groups=2, max_fill_rollouts=3)
+    out = _rollout(algo, [1, 1, 0, 0])  # both groups uniform: dropped, nothing to learn from
+    assert out["grpo/mixed_groups"] == 0 and "grpo/loss" not in out and algo.pending == []
+    out = _rollout(algo, [1, 0, 0, 0])  # one mixed group (3 steps kept): waits for a second
+    assert out["grpo/mixed_groups"] == 1 and "grpo/loss" not in out and algo.num_updates == 0
+    assert algo.pending[0]["obs"].shape[0] == 2 * 3
+    out = _rollout(algo, [0, 0, 1, 0])  # the second: the update runs on both (12 steps)
+    assert "grpo/loss" in out and out["grpo/batch_steps"] == 12 and algo.num_updates == 1 and algo.pending == []
+
+
+def test_dynamic_sampling_gives_up_waiting_after_max_fill_rollouts():
+    algo = _grpo(batch_groups=4, max_fill_rollouts=2)
+    assert "grpo/loss" not in _rollout(algo, [1, 0, 1, 1])
+    out = _rollout(algo, [0, 0, 0, 0])  # two rollouts: it updates on the one mixed group it has
+    assert out["grpo/batch_steps"] == 6 and algo.num_updates == 1
+    out = _rollout(algo, [0, 0, 0, 0])
+    assert "grpo/loss" not in out
+    out = _rollout(algo, [1, 1, 1, 1])  # nothing pending after the fill limit: the update is skipped
+    assert out.get("grpo/skipped_updates") == 1.0 and algo.num_updates == 1
