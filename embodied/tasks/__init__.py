@@ -1,7 +1,7 @@
 """Tasks: MDPs on top of sim backends. Importing this package registers every task."""
 
-from embodied.tasks.classic import pendulum, pendulum_pixels, point_reach, target  # noqa: F401
 from embodied.tasks import libero  # noqa: F401  (the libero:<suite>/<task> family)
+from embodied.tasks.classic import pendulum, pendulum_pixels, point_reach, target  # noqa: F401
 from embodied.tasks.driving import drive  # noqa: F401
 from embodied.tasks.locomotion import mujoco_v5  # noqa: F401
 from embodied.tasks.manipulation import mini_libero, tabletop  # noqa: F401
