@@ -40,6 +40,7 @@ class LiberoConfig:
     max_steps: int = 0  # 0: the suite's limit
     settle_steps: int = 10  # no-op steps after every reset
     fast_render: bool = True  # reflections off, no multisampling (about 4x faster frames on a CPU)
+    shadows: bool = True  # False: no shadow maps either (most of what a software-GL frame costs)
 
 
 def resolve(rest: str) -> tuple[str, int, object]:
@@ -116,6 +117,8 @@ class LiberoEnv(ManagedVecEnv):
         ctx = getattr(sim, "_render_context_offscreen", None)
         if ctx is not None:
             ctx.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            if not self.cfg.shadows:
+                ctx.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
 
     def _proprio(self, o: dict) -> np.ndarray:
         return np.concatenate([o["robot0_eef_pos"], o["robot0_eef_quat"], o["robot0_gripper_qpos"]])
