@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
+
 from embodied.core.errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -49,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--noise", type=float, default=None, help="expert action noise (default: the expert's)")
     c.add_argument("--target-noise", type=float, default=0.0, help="expert waypoint noise [m] (default 0)")
+    c.add_argument("overrides", nargs="*", help="task settings env.KEY=VALUE (e.g. env.observation=state); train "
+                   "on the dataset with the same settings")
     c.add_argument("--keep-failures", action="store_true", help="record failed episodes too")
     sub.add_parser("tasks", help="list registered tasks")
     x = sub.add_parser("export", help="write a deploy bundle (ONNX, C) of a trained run")
@@ -156,8 +160,14 @@ def _cmd_collect_demos(args) -> int:
     from embodied.datasets import collect_demos
 
     out = args.out or f"demos/{args.task}-{args.episodes}"
+    settings = {}
+    for item in args.overrides:  # task settings the demonstrations are recorded under (env.observation=state)
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("env."):
+            raise UserError(f"collect-demos takes task settings env.KEY=VALUE; got {item!r}")
+        settings[key[4:]] = yaml.safe_load(value)
     summary = collect_demos(args.task, args.episodes, out, args.num_envs, args.seed, args.noise, args.target_noise,
-                            args.keep_failures)
+                            args.keep_failures, settings)
     print(json.dumps(summary))
     return 0
 

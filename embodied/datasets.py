@@ -145,7 +145,8 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
 
 
 def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
-                  action_noise: float | None = None, target_noise: float = 0.0, keep_failures: bool = False) -> dict:
+                  action_noise: float | None = None, target_noise: float = 0.0, keep_failures: bool = False,
+                  env_settings: dict | None = None) -> dict:
     """Roll ``task``'s scripted expert until ``episodes`` episodes (successful ones unless ``keep_failures``) are
     recorded, and write them as a Minari dataset at ``out``. Returns a summary with the expert's success rate over
     every episode it played."""
@@ -161,7 +162,10 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
     if spec.expert is None:
         raise UserError(f"task {task!r} has no scripted expert (tasks with one: "
                         f"{', '.join(n for n in TASKS.names() if TASKS.get(n).expert is not None)})")
-    env = embodied.make_env(task, num_envs=num_envs, seed=seed)
+    try:
+        env = embodied.make_env(task, num_envs=num_envs, seed=seed, **(env_settings or {}))
+    except TypeError as e:  # a setting the task's config does not have
+        raise UserError(f"{task}: {e}") from None
     act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed)
     kept, played, succeeded = [], 0, 0
     # a suite of tasks (its envs report each episode's ``task_id``): the episodes spread round-robin over its

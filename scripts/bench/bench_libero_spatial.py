@@ -1,0 +1,96 @@
+"""The VLA on the real LIBERO-Spatial (issue 13; slow, in the LIBERO virtual environment): per task of the suite,
+
+- ``expert``: ``embodied collect-demos --task libero:libero_spatial/K`` (the scripted (On A B) expert) until
+  ``--demos`` successful episodes; its success rate over every episode it played;
+- ``bc``: ``embodied train algo=bc policy.arch=vla data=DEMOS`` (``--bc-steps`` gradient steps), scored by
+  ``embodied eval --episodes --eval-episodes`` on the suite's initial states;
+- ``grpo`` (with ``--rl-steps`` > 0): ``embodied train algo=grpo policy.arch=vla init=BC_RUN``, scored the same way.
+
+Observations: ``--observation state`` (LIBERO's object state; default: the pixel pipeline costs ~10x) or
+``pixels``. Wall-clock per stage. Resumable: one JSON per (task, seed) under ``--out``; finished ones are skipped.
+
+    .venv-libero/bin/python scripts/bench/bench_libero_spatial.py [--tasks 0 1 ... 9] [--demos 20] [--seeds 0]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import emit, machine_info  # noqa: E402
+
+
+def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def main() -> None:
+    from embodied.provenance import code_commit
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=int, nargs="*", default=list(range(10)))
+    ap.add_argument("--seeds", type=int, nargs="*", default=[0])
+    ap.add_argument("--demos", type=int, default=20)
+    ap.add_argument("--bc-steps", type=int, default=1500)
+    ap.add_argument("--rl-steps", type=int, default=0)
+    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--observation", default="state", choices=["state", "pixels"])
+    ap.add_argument("--timeout-s", type=float, default=3 * 3600.0)
+    ap.add_argument("--out", default="bench_results/libero_spatial")
+    args = ap.parse_args()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    exe = str(Path(sys.executable).parent / "embodied")  # the venv's own CLI
+    env = [f"env.observation={args.observation}"]
+    for seed in args.seeds:
+        for k in args.tasks:
+            path = out / f"task{k}_{args.observation}_seed{seed}.json"
+            if path.exists() and json.loads(path.read_text()).get("finished"):
+                continue
+            task = f"libero:libero_spatial/{k}"
+            print(f"running {task} seed {seed}", file=sys.stderr, flush=True)
+            demos, bc_dir = out / "demos" / f"task{k}_seed{seed}", out / "runs" / f"bc_task{k}_seed{seed}"
+            for d in (demos, bc_dir):
+                if d.exists():
+                    shutil.rmtree(d)
+            expert, demo_wall = _run([exe, "collect-demos", "--task", task, "--episodes", str(args.demos), "--out",
+                                      str(demos), "--seed", str(seed), "--num-envs", "4", *env], args.timeout_s)
+            common = ["log.progress=false", "log.checkpoint_every=0", "torch_threads=2", "policy.arch=vla",
+                      f"seed={seed}", "log.eval_every=0", f"log.eval_episodes={args.eval_episodes}", *env]
+            bc, bc_wall = _run([exe, "train", "--task", task, "--run-dir", str(bc_dir), "algo=bc", f"data={demos}",
+                                f"total_steps={args.bc_steps}", "num_envs=4", "policy.vla.label_sigma=8",
+                                *common], args.timeout_s)
+            result = {"task": task, "seed": seed, "observation": args.observation,
+                      "expert_success_rate": expert["expert_success_rate"],
+                      "expert_episodes": expert["expert_episodes"],
+                      "demos": args.demos, "demo_wall_s": round(demo_wall, 1), "bc_success": bc.get("eval/success"),
+                      "bc_wall_s": round(bc_wall, 1)}
+            if args.rl_steps > 0:
+                rl, rl_wall = _run([exe, "train", "--task", task, "--run-dir", str(out / "runs" / f"grpo_task{k}"),
+                                    "algo=grpo", f"init={bc_dir}", f"total_steps={args.rl_steps}", "num_envs=8",
+                                    "grpo.group_size=4", "grpo.lr=1e-4", "grpo.temperature=1.0", *common],
+                                   args.timeout_s)
+                result.update(grpo_success=rl.get("eval/success"), grpo_wall_s=round(rl_wall, 1))
+            result.update(finished=True, commit=code_commit(), machine=machine_info())
+            path.write_text(json.dumps(result, indent=1))
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("task*_seed*.json"))]
+    def mean(key: str) -> float | None:
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return round(sum(vals) / len(vals), 3) if vals else None
+
+    emit({"benchmark": "libero_spatial", "machine": machine_info(), "tasks": rows,
+          "mean": {k: mean(k) for k in ("expert_success_rate", "bc_success", "grpo_success")}}, None)
+
+
+if __name__ == "__main__":
+    main()
