@@ -42,3 +42,18 @@ def rate(step, n: int, seconds: float) -> float:
         step()
         calls += 1
     return calls * n / elapsed
+
+
+def run_json(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
+    """Run an ``embodied`` command; its last stdout line (a JSON object), its wall-clock [s] and its stderr. A failed
+    command raises with its last stderr line."""
+    import json
+    import subprocess
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall, proc.stderr

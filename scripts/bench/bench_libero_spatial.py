@@ -16,22 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import emit, machine_info  # noqa: E402
+from _machine import emit, machine_info, run_json  # noqa: E402
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    wall = time.perf_counter() - t0
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+    out, wall, _ = run_json(cmd, timeout_s)
+    return out, wall
 
 
 def main() -> None:
