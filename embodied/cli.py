@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--episodes", type=int, default=20, help="held-out real episodes to record (default 20)")
     w.add_argument("--horizon", type=int, default=50, help="longest open-loop horizon [steps] (default 50)")
     w.add_argument("--seed", type=int, default=None, help="seed of the held-out episodes")
+    te = sub.add_parser("export-text-encoder", help="export the instruction encoder (MiniLM) to ONNX + tokenizer")
+    te.add_argument("--out", required=True, help="directory for text_encoder.onnx and tokenizer.json")
     c = sub.add_parser("collect-demos", help="record a task's scripted expert as a Minari dataset")
     c.add_argument("--task", required=True, help="a task with a scripted expert (the manipulation tasks)")
     c.add_argument("--episodes", type=int, default=50, help="episodes to record (default 50)")
@@ -73,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--max-rate", type=float, default=None, help="rate limit [action units / s]")
     d.add_argument("--instruction", default=None, help="a language-conditioned bundle: the instruction to follow "
                    "(one the bundle knows)")
+    d.add_argument("--text-encoder", default=None, help="an exported instruction encoder (embodied "
+                   "export-text-encoder): lets --instruction be any text, not only the bundle's")
     d.add_argument("--residual-limit", type=float, default=None,
                    help="a residual bundle: bound |action - base action| per entry [normalized action units] "
                         "(default: the limit it was trained with)")
@@ -89,6 +93,7 @@ def _cmd_deploy(args) -> int:
         raise UserError("--rate must be > 0")
     summary = deploy(Path(args.bundle), args.robot, args.duration, args.rate, args.backend,
                      Path(args.log_dir) if args.log_dir else None, args.lockstep, args.instruction,
+                     Path(args.text_encoder) if args.text_encoder else None,
                      safety=SafetyConfig(max_rate=args.max_rate, geofence_radius=args.geofence,
                                          residual_limit=args.residual_limit))
     print(json.dumps(summary))
@@ -172,6 +177,13 @@ def _cmd_collect_demos(args) -> int:
     return 0
 
 
+def _cmd_export_text_encoder(args) -> int:
+    from embodied.vla.text import export_text_encoder
+
+    print(json.dumps(export_text_encoder(args.out)))
+    return 0
+
+
 def _cmd_tasks(_args) -> int:
     import embodied.tasks  # noqa: F401
     from embodied.config import load_config
@@ -197,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             args.overrides = [*args.overrides, *extra]
         commands = {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks, "export": _cmd_export,
-                    "deploy": _cmd_deploy, "wm-report": _cmd_wm_report, "collect-demos": _cmd_collect_demos}
+                    "deploy": _cmd_deploy, "wm-report": _cmd_wm_report, "collect-demos": _cmd_collect_demos,
+                    "export-text-encoder": _cmd_export_text_encoder}
         return commands[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

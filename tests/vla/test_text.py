@@ -28,3 +28,11 @@ def test_instruction_table_rows(minilm):
     table = text.InstructionTable(["a", "b", "a"])
     assert table.texts == ["a", "b"] and len(table) == 2
     assert np.allclose(table.embed([1, 0]).numpy(), text.encode(["b", "a"]))
+
+
+def test_exported_text_encoder_matches_minilm(minilm, tmp_path):
+    report = text.export_text_encoder(tmp_path / "te")
+    assert report["max_abs_error"] < 1e-5
+    enc = text.TextEncoder(tmp_path / "te")  # onnxruntime + tokenizers only
+    strings = ["put the yellow cube on the tray", "a much longer instruction that a deploy side was never shown"]
+    assert np.allclose(enc.encode(strings), text.encode(strings), atol=1e-5)
