@@ -182,6 +182,11 @@ class VLAPolicy(ChunkQueue, nn.Module):
         x = (2.0 * (action - self.low) / (self.high - self.low) - 1.0).clamp(-1.0, 1.0)
         return (x + 1.0) * 0.5 * self.bins - 0.5
 
+    @property
+    def action_quantum(self) -> torch.Tensor | None:
+        """``[act_dim]``: one bin in action units (token head), or None (continuous head)."""
+        return (self.high - self.low) / self.bins if self.head == "tokens" else None
+
     # ---- the deterministic, exportable path -------------------------------------------------------
     def chunk(self, obs: torch.Tensor) -> torch.Tensor:
         """``[B, chunk, act_dim]``: the most likely bins (or the mean), as actions in [-1, 1]."""
