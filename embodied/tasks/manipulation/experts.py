@@ -213,6 +213,9 @@ class MiniLiberoExpert(PickExpert):
     """The pick expert on each env's target cube (``env.object_pose``) towards its goal point, which follows a
     support cube that moves; a lift ends at the carry height."""
 
+    xy_tolerance = 0.003  # [m] a cube stacked on a 4 cm cube slides off from a few millimetres more
+    place_clearance = 0.002
+
     def goal_target(self) -> torch.Tensor:
         return self.env.goal_point()
 
