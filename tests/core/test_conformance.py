@@ -101,6 +101,8 @@ def _flatten(x) -> list[torch.Tensor]:
         return [t for v in x for t in _flatten(v)]
     if isinstance(x, torch.Tensor):
         return [x]
+    if isinstance(x, str):  # info["instruction"] of a language task: compared by its bytes
+        return [torch.tensor(list(x.encode()), dtype=torch.uint8)]
     return [torch.tensor(x)]
 
 
