@@ -9,8 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 from embodied.core.errors import UserError
 
 EXIT_USER_ERROR = 2
@@ -165,12 +163,10 @@ def _cmd_collect_demos(args) -> int:
     from embodied.datasets import collect_demos
 
     out = args.out or f"demos/{args.task}-{args.episodes}"
-    settings = {}
-    for item in args.overrides:  # task settings the demonstrations are recorded under (env.observation=state)
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("env."):
-            raise UserError(f"collect-demos takes task settings env.KEY=VALUE; got {item!r}")
-        settings[key[4:]] = yaml.safe_load(value)
+    from embodied.evaluate_run import parse_env_settings
+
+    # task settings the demonstrations are recorded under (env.observation=state); the task's config checks the keys
+    settings = parse_env_settings(args.overrides, "collect-demos")
     summary = collect_demos(args.task, args.episodes, out, args.num_envs, args.seed, args.noise, args.target_noise,
                             args.keep_failures, settings)
     print(json.dumps(summary))

@@ -14,19 +14,27 @@ from embodied.evaluate import eval_seed, evaluate, make_eval_env
 from embodied.render import write_video
 
 
+def parse_env_settings(items, what: str, names=None) -> dict:
+    """Task settings ``env.KEY=VALUE`` (values as YAML) as ``{KEY: value}``; ``names``: the keys allowed."""
+    import yaml
+
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("env.") or (names is not None and key[4:] not in names):
+            known = f" (keys: {', '.join(sorted(names))})" if names is not None else ""
+            raise UserError(f"{what} takes task settings env.KEY=VALUE; got {item!r}{known}")
+        out[key[4:]] = yaml.safe_load(value)
+    return out
+
+
 def apply_env_overrides(cfg, overrides) -> None:
     """Set task settings ``env.KEY=VALUE`` on a run's config (evaluation under other conditions)."""
     import dataclasses
 
-    import yaml
-
     names = {f.name for f in dataclasses.fields(cfg.env)}
-    for item in overrides or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key.startswith("env.") or key[4:] not in names:
-            raise UserError(f"eval takes task settings env.KEY=VALUE; got {item!r} (keys of {cfg.task}: "
-                            f"{', '.join(sorted(names))})")
-        setattr(cfg.env, key[4:], yaml.safe_load(value))
+    for key, value in parse_env_settings(overrides, "eval", names).items():
+        setattr(cfg.env, key, value)
 
 
 def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: int | None = None,

@@ -25,6 +25,7 @@ from torch import nn
 from embodied.policies.actor_critic import POLICIES, MultiCategorical
 from embodied.policies.chunked import ChunkQueue
 from embodied.policies.normalizer import EmpiricalNormalizer
+from embodied.vla.tokenizer import bin_position, decode_bins, encode_bins
 
 TEXT_FEATURES = 128
 STATE_FEATURES = 128
@@ -170,17 +171,14 @@ class VLAPolicy(ChunkQueue, nn.Module):
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Bins -> actions (the bin's centre, un-normalized), in torch ops that export."""
-        x = (tokens.to(self.low.dtype) + 0.5) * (2.0 / self.bins) - 1.0
-        return 0.5 * (x + 1.0) * (self.high - self.low) + self.low
+        return decode_bins(tokens, self.low, self.high, self.bins)
 
     def encode(self, action: torch.Tensor) -> torch.Tensor:
-        x = (2.0 * (action - self.low) / (self.high - self.low) - 1.0).clamp(-1.0, 1.0)
-        return ((x + 1.0) * 0.5 * self.bins).floor().clamp(0, self.bins - 1).long()
+        return encode_bins(action, self.low, self.high, self.bins)
 
     def bin_position(self, action: torch.Tensor) -> torch.Tensor:
         """Where ``action`` lies on the bin axis, continuously (bin ``k``'s centre is at ``k``)."""
-        x = (2.0 * (action - self.low) / (self.high - self.low) - 1.0).clamp(-1.0, 1.0)
-        return (x + 1.0) * 0.5 * self.bins - 0.5
+        return bin_position(action, self.low, self.high, self.bins)
 
     @property
     def action_quantum(self) -> torch.Tensor | None:

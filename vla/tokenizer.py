@@ -11,6 +11,27 @@ from __future__ import annotations
 import torch
 
 
+def normalize(action: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """Percentile normalization to [-1, 1] (clipped)."""
+    return (2.0 * (action - low) / (high - low) - 1.0).clamp(-1.0, 1.0)
+
+
+def bin_position(action: torch.Tensor, low: torch.Tensor, high: torch.Tensor, bins: int) -> torch.Tensor:
+    """Where ``action`` lies on the bin axis, continuously: bin ``k``'s centre is at ``k``."""
+    return (normalize(action, low, high) + 1.0) * 0.5 * bins - 0.5
+
+
+def encode_bins(action: torch.Tensor, low: torch.Tensor, high: torch.Tensor, bins: int) -> torch.Tensor:
+    """Tokens (long, ``0 .. bins - 1``) of actions ``[..., act_dim]``."""
+    return ((normalize(action, low, high) + 1.0) * 0.5 * bins).floor().clamp(0, bins - 1).long()
+
+
+def decode_bins(tokens: torch.Tensor, low: torch.Tensor, high: torch.Tensor, bins: int) -> torch.Tensor:
+    """Tokens -> actions: each bin's centre, un-normalized (torch ops that export to ONNX)."""
+    x = (tokens.to(low.dtype) + 0.5) * (2.0 / bins) - 1.0
+    return 0.5 * (x + 1.0) * (high - low) + low
+
+
 class ActionTokenizer:
     def __init__(self, low: torch.Tensor, high: torch.Tensor, bins: int = 256):
         low, high = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
@@ -32,8 +53,7 @@ class ActionTokenizer:
         return cls(q[0], q[1], bins)
 
     def normalize(self, action: torch.Tensor) -> torch.Tensor:
-        low, high = self.low.to(action.device), self.high.to(action.device)
-        return (2.0 * (action - low) / (high - low) - 1.0).clamp(-1.0, 1.0)
+        return normalize(action, self.low.to(action.device), self.high.to(action.device))
 
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
         low, high = self.low.to(x.device), self.high.to(x.device)
@@ -41,16 +61,14 @@ class ActionTokenizer:
 
     def encode(self, action: torch.Tensor) -> torch.Tensor:
         """Tokens (long, in ``0 .. bins - 1``) of actions ``[..., act_dim]``."""
-        x = self.normalize(action)
-        return ((x + 1.0) * 0.5 * self.bins).floor().clamp(0, self.bins - 1).long()
+        return encode_bins(action, self.low.to(action.device), self.high.to(action.device), self.bins)
 
     def centers(self) -> torch.Tensor:
         """``[bins]``: each bin's centre in [-1, 1]."""
         return (torch.arange(self.bins, dtype=torch.float32) + 0.5) * (2.0 / self.bins) - 1.0
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = (tokens.float() + 0.5) * (2.0 / self.bins) - 1.0
-        return self.unnormalize(x)
+        return decode_bins(tokens, self.low.to(tokens.device), self.high.to(tokens.device), self.bins)
 
     def state_dict(self) -> dict:
         return {"low": self.low.tolist(), "high": self.high.tolist(), "bins": self.bins}
