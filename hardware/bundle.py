@@ -107,7 +107,7 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     import onnx
 
     from embodied.hardware.onnx_export import program_to_onnx
-    from embodied.policies.export import fold, program, residual_op
+    from embodied.policies.export import chunk_spec, fold, program, residual_op
     from embodied.provenance import code_commit, versions
 
     _check_format(fmt)
@@ -124,9 +124,11 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
     op = residual_op(ops)
     residual = {"scale": float(op.attrs["scale"]), "limit": float(op.attrs["limit"])} if op is not None else None
+    chunk = chunk_spec(actor)  # an action-chunked policy: the program gives the chunk, the runner keeps the queue
     obs = np.ascontiguousarray(obs, np.float32)
     np.save(out / "observations.npy", obs)
-    ref = actor.act(torch.from_numpy(obs)).numpy()
+    ref = actor.chunk(torch.from_numpy(obs)).reshape(obs.shape[0], -1).numpy() if chunk else \
+        actor.act(torch.from_numpy(obs)).numpy()
     onnx.save(program_to_onnx(fold(ops), obs_dim, doc=f"embodied policy of {task}"), str(out / "policy.onnx"))
     onnx_out = _session(out / "policy.onnx").run(None, {"obs": obs})[0]
     parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL,
@@ -148,7 +150,7 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
             raise UserError(f"the firmware's serial frames carry at most {protocol.MAX_PAYLOAD // 4} floats; this "
                             f"policy's state or action needs {widest // 4} (export --format onnx)")
 
-        header, source_c = emit_c(ops, obs_dim, layout)
+        header, source_c = emit_c(ops, obs_dim, layout, chunk=chunk)
         (out / "policy.h").write_text(header)
         (out / "policy.c").write_text(source_c)
         (out / "firmware.c").write_text(firmware_source(layout))
@@ -164,7 +166,8 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
         "format": FORMAT, "task": task, "layout": layout.to_dict(),
         "policy": {"input": "obs", "output": "action", "obs_dim": obs_dim, "act_dim": layout.action_size,
                    "actor": type(actor).__name__, "ops": [op.kind for op in ops],
-                   **({"residual": {"output": "base_action", **residual}} if residual else {})},
+                   **({"residual": {"output": "base_action", **residual}} if residual else {}),
+                   **({"chunk": chunk} if chunk else {})},
         "run": source,
         "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
                      **versions("torch", "onnx", "onnxruntime")},
@@ -258,12 +261,13 @@ def read_bundle(path: Path, check_parity: bool = True) -> dict:
 class CPolicy:
     """The generated C, built as a shared library and called through ctypes."""
 
-    def __init__(self, lib_path: Path, obs_dim: int, act_dim: int, state_dim: int):
+    def __init__(self, lib_path: Path, obs_dim: int, act_dim: int, state_dim: int, out_dim: int | None = None):
         self.lib = ctypes.CDLL(str(lib_path))
         for name in ("policy_forward", "policy_step"):  # raw addresses: ctypes' per-call conversions cost us
             getattr(self.lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
             getattr(self.lib, name).restype = None
         self.obs_dim, self.act_dim, self.state_dim = obs_dim, act_dim, state_dim
+        self.out_dim = out_dim or act_dim  # what forward writes: a chunked policy's whole chunk
         self._state = np.zeros(state_dim, np.float32)
         self._out = np.zeros(act_dim, np.float32)
         self._state_p, self._out_p = self._state.ctypes.data, self._out.ctypes.data
@@ -290,15 +294,16 @@ class CPolicy:
         except OSError as e:
             raise UserError(f"cannot build the C policy in {lib.parent}: {e.strerror or e}") from None
 
-        def define(name):
+        def define(name, default=None):
             lines = header.splitlines()
-            return int(next(line.split()[2] for line in lines if line.startswith(f"#define POLICY_{name}")))
+            return int(next((line.split()[2] for line in lines if line.startswith(f"#define POLICY_{name} ")),
+                            default))
 
-        return cls(lib, define("OBS_DIM"), define("ACT_DIM"), define("STATE_DIM"))
+        return cls(lib, define("OBS_DIM"), define("ACT_DIM"), define("STATE_DIM"), define("OUT_DIM", 0))
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
-        out = np.empty((obs.shape[0], self.act_dim), np.float32)
+        out = np.empty((obs.shape[0], self.out_dim), np.float32)
         row_in, row_out = obs.strides[0], out.strides[0]
         for r in range(obs.shape[0]):
             self.lib.policy_forward(obs.ctypes.data + r * row_in, out.ctypes.data + r * row_out)
@@ -340,6 +345,11 @@ class PolicyRunner:
         residual = meta["policy"].get("residual")
         self.residual_limit = float(residual["limit"]) if residual else None
         self.base_action = np.zeros(self.act_dim, np.float32) if residual else None
+        # an action-chunked policy: each run gives ``horizon`` actions, ``act`` executes ``execute`` of them
+        chunk = meta["policy"].get("chunk") or {}
+        self.horizon, self.execute = int(chunk.get("horizon", 1)), int(chunk.get("execute", 1))
+        self._queue = np.zeros((self.horizon, self.act_dim), np.float32) if chunk else None
+        self._next = self.execute
         outputs = ["action", "base_action"] if residual else ["action"]
         # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
         # terms' slots; as views of the one observation buffer, made once
@@ -390,6 +400,7 @@ class PolicyRunner:
     def reset(self) -> None:
         for sl, init in self._history:
             self._obs[0, sl] = init
+        self._next = self.execute  # a chunked policy looks again at the episode's first step
         if self.c is not None:
             self.c.reset()
 
@@ -410,6 +421,8 @@ class PolicyRunner:
         self._has_instruction = True
 
     def forward(self, obs: np.ndarray, instruction: np.ndarray | None = None) -> np.ndarray:
+        """The policy's network on full observations ``[B, obs_dim]``: actions ``[B, act_dim]``, or for a chunked
+        policy its chunks ``[B, horizon * act_dim]`` (action after action); no history or queue is touched."""
         obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
         if self.c is not None:
             return self.c.forward(obs)
@@ -433,8 +446,15 @@ class PolicyRunner:
         else:
             for dst, src in self._robot:
                 np.copyto(dst, state[src])
-        out = self._run(*self._run_args)
-        a = out[0][0]
+        if self._queue is None:
+            out = self._run(*self._run_args)
+            a = out[0][0]
+        else:  # a chunk: run the network only when the executed part of the last chunk is spent
+            if self._next >= self.execute:
+                self._queue.reshape(-1)[:] = self._run(*self._run_args)[0][0]
+                self._next = 0
+            a = self._queue[self._next].copy()
+            self._next += 1
         if self.base_action is not None:
             np.copyto(self.base_action, out[1][0])
         for older, newer, last in self._shift:  # the history holds the commanded action clipped to [-1, 1]

@@ -37,6 +37,7 @@ from embodied.policies.actor_critic import (
     ImageSplit,
     SquashedGaussianActor,
 )
+from embodied.policies.chunked import ChunkedActor, ChunkQueue
 from embodied.policies.networks import GroupMLP
 from embodied.policies.normalizer import EmpiricalNormalizer
 from embodied.policies.residual import ResidualActor
@@ -106,6 +107,9 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     if isinstance(actor, ProgramPolicy):
         return list(actor.ops), int(actor.init_kwargs["obs_dim"])
     if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual
+        if chunk_spec(actor.base) is not None:
+            raise UserError("export has no program for a residual over an action-chunked base (the base's chunk "
+                            "queue sits between the two networks); export the base alone")
         base, obs_dim = program(actor.base)
         residual, _ = program(actor.residual)
         return [Op("save"), *base, Op("save"), Op("concat_saved", attrs={"index": 0, "size": obs_dim}), *residual,
@@ -127,7 +131,7 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     elif not isinstance(trunk, nn.Identity):
         raise UserError(f"export has no op for a {type(trunk).__name__} trunk")
     ops += _net_ops(actor.net)
-    if isinstance(actor, DeterministicActor):
+    if isinstance(actor, (DeterministicActor, ChunkedActor)):  # a chunked actor's program outputs its whole chunk
         ops.append(Op("tanh"))
     elif isinstance(actor, SquashedGaussianActor):
         ops += [Op("slice", attrs={"start": 0, "stop": actor.act_dim}), Op("tanh")]
@@ -136,6 +140,15 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     else:
         raise UserError(f"export has no program for a {type(actor).__name__}")
     return ops, int(actor.init_kwargs["obs_dim"])
+
+
+def chunk_spec(actor: nn.Module) -> dict | None:
+    """``{"horizon": H, "execute": k}`` of an action-chunked actor, whose program outputs the whole chunk
+    (``H * act_dim`` entries, action after action) and whose runner executes ``k`` of them before it looks again;
+    None for a per-step actor."""
+    if isinstance(actor, ChunkQueue) and int(actor.horizon) > 1:
+        return {"horizon": int(actor.horizon), "execute": int(actor.execute)}
+    return None
 
 
 def residual_op(ops: list[Op]) -> Op | None:
@@ -252,7 +265,25 @@ class ProgramPolicy(ProgramModule):
         return self(obs)
 
 
+class ChunkedProgramPolicy(ChunkQueue, ProgramPolicy):
+    """A chunked policy given only as its program (a chunked bundle read back): the program gives the chunk,
+    ``act`` executes it from per-env queues like ``ChunkedActor``."""
+
+    spec_name = "chunked_program"
+
+    def __init__(self, ops: list, obs_dim: int, act_dim: int, horizon: int, execute: int):
+        super().__init__(ops, obs_dim, act_dim)
+        if not 1 <= execute <= horizon:
+            raise ValueError(f"execute must be in 1..horizon, got {execute} of {horizon}")
+        self.init_kwargs.update(horizon=int(horizon), execute=int(execute))
+        self.act_dim, self.horizon, self.execute = int(act_dim), int(horizon), int(execute)
+
+    def chunk(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs).reshape(-1, self.horizon, self.act_dim)
+
+
 POLICIES.register("program", ProgramPolicy)
+POLICIES.register("chunked_program", ChunkedProgramPolicy)
 
 
 def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:

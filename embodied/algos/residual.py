@@ -66,11 +66,13 @@ def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
 
         from embodied.hardware.bundle import read_bundle
         from embodied.hardware.onnx_export import program_from_onnx
-        from embodied.policies import ProgramPolicy
+        from embodied.policies import ChunkedProgramPolicy, ProgramPolicy
 
         meta = read_bundle(bundle)
         ops, n_obs = program_from_onnx(onnx.load(str(meta["dir"] / "policy.onnx")))
-        policy = ProgramPolicy(ops, n_obs, int(meta["policy"]["act_dim"]))
+        chunk = meta["policy"].get("chunk")
+        policy = ChunkedProgramPolicy(ops, n_obs, int(meta["policy"]["act_dim"]), **chunk) if chunk else \
+            ProgramPolicy(ops, n_obs, int(meta["policy"]["act_dim"]))
         spec, state = policy_spec(policy), policy.state_dict()
         dims = n_obs, int(meta["policy"]["act_dim"])
     else:

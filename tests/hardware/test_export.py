@@ -251,3 +251,48 @@ def test_residual_program_ops_exact_values():
     assert np.allclose(out, expected, atol=1e-6)
     with pytest.raises(UserError, match="Identity"):  # a composite graph is not a base program: one clear error
         program_from_onnx(onnx.load_from_string(model.SerializeToString()))
+
+
+def test_chunked_policy_exports_and_runs_its_queue(tmp_path):
+    """An action-chunked policy (ACT-style, ``bc.chunk``): its program outputs the whole chunk (parity on chunks),
+    and the ONNX and C runners execute ``execute`` actions of each chunk before they look again, as the torch
+    policy's queue does, with an action-history term in the observation and across a reset; a bundle's chunked
+    policy read back as a residual's base keeps the queue too."""
+    from embodied.algos.residual import load_base
+    from embodied.core.layout import ActionTerm
+    from embodied.hardware.bundle import write_bundle
+    from embodied.policies import ChunkedActor, ChunkedProgramPolicy, build_policy
+
+    torch.manual_seed(0)
+    actor = ChunkedActor(3 + 4, 2, [16], horizon=4, execute=3, obs_normalization=True)
+    actor.normalizer.update(torch.randn(64, 7) * 2 + 0.5)
+    layout = Layout({"policy": (Term("x", 3), Term("prev", 4, source="history", history_len=2, history_init=0.1))},
+                    (ActionTerm("u", 2),), 10.0)
+    x = torch.randn(32, 7)
+    meta = write_bundle(actor, layout, x.numpy(), tmp_path / "b", "all")
+    assert meta["policy"]["chunk"] == {"horizon": 4, "execute": 3} and meta["parity"]["passed"]
+    assert meta["parity"]["c_vs_torch"] <= TOL
+    runners = [load_bundle(tmp_path / "b", backend) for backend in ("onnx", "c")]
+    for r in runners:
+        assert r.forward(x.numpy()).shape == (32, 8)
+    actor.reset()
+    hist = np.full(4, 0.1, np.float32)
+    for t in range(11):
+        if t == 7:  # a new episode: the queues and the history restart
+            for r in runners:
+                r.reset()
+            actor.reset()
+            hist[:] = 0.1
+        state = np.random.default_rng(t).normal(size=3).astype(np.float32)
+        ref = actor.act(torch.from_numpy(np.concatenate([state, hist]))[None])[0].numpy()
+        for r in runners:
+            assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
+        hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])
+    # the bundle as a frozen base: a ChunkedProgramPolicy whose act queues like the actor's
+    base = build_policy(load_base(str(tmp_path / "b"), 7, 2)["spec"])
+    base.load_state_dict(load_base(str(tmp_path / "b"), 7, 2)["state"])
+    assert isinstance(base, ChunkedProgramPolicy)
+    actor.reset()
+    for t in range(5):
+        obs = torch.randn(3, 7)
+        assert torch.allclose(base.act(obs), actor.act(obs), atol=TOL), t
