@@ -350,6 +350,13 @@ class PolicyRunner:
         self.horizon, self.execute = int(chunk.get("horizon", 1)), int(chunk.get("execute", 1))
         self._queue = np.zeros((self.horizon, self.act_dim), np.float32) if chunk else None
         self._next = self.execute
+        # temporal ensembling (``ChunkQueue.ensemble``): the last ``horizon`` chunks, newest first, run every step
+        self.ensemble = chunk.get("ensemble")
+        if self.ensemble is not None:
+            self._past = np.zeros((self.horizon, self.horizon, self.act_dim), np.float32)
+            self._weights = np.exp(float(self.ensemble) * np.arange(self.horizon, dtype=np.float32))
+            self._ages = np.arange(self.horizon)
+            self._valid = 0
         outputs = ["action", "base_action"] if residual else ["action"]
         # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
         # terms' slots; as views of the one observation buffer, made once
@@ -401,6 +408,7 @@ class PolicyRunner:
         for sl, init in self._history:
             self._obs[0, sl] = init
         self._next = self.execute  # a chunked policy looks again at the episode's first step
+        self._valid = 0  # an ensembling one forgets the last episode's chunks
         if self.c is not None:
             self.c.reset()
 
@@ -449,6 +457,12 @@ class PolicyRunner:
         if self._queue is None:
             out = self._run(*self._run_args)
             a = out[0][0]
+        elif self.ensemble is not None:  # every step: this step's predictions of the kept chunks, weighted by age
+            self._past[1:] = self._past[:-1].copy()
+            self._past[0].reshape(-1)[:] = self._run(*self._run_args)[0][0]
+            self._valid = min(self._valid + 1, self.horizon)
+            k, w = self._ages[:self._valid], self._weights[:self._valid]
+            a = (w[:, None] * self._past[k, k]).sum(0) / w.sum()
         else:  # a chunk: run the network only when the executed part of the last chunk is spent
             if self._next >= self.execute:
                 self._queue.reshape(-1)[:] = self._run(*self._run_args)[0][0]

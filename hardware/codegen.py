@@ -118,6 +118,9 @@ class _Emitter:
             name, m = self.saved[int(op.attrs["index"])]
             b.append(f"for (i = 0; i < {n}; ++i) {y}[{m} + i] = {x}[i];\n"
                      f"for (i = 0; i < {m}; ++i) {y}[i] = {name}[i];")
+        elif op.kind == "add_saved":
+            name, _ = self.saved[int(op.attrs["index"])]
+            b.append(f"for (i = 0; i < {n}; ++i) {y}[i] = {name}[i] + {x}[i];")
         elif op.kind == "residual_add":
             name, _ = self.saved[int(op.attrs["index"])]
             s, lim = float(op.attrs["scale"]), float(op.attrs["limit"])
@@ -214,6 +217,22 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
                  f"    ++chunk_next;")
         chunk_state = f"static float chunk_q[{out_dim}];\nstatic int chunk_next = {execute};\n"
         chunk_reset = f"\n    chunk_next = {P}_EXECUTE;"
+        if chunk.get("ensemble") is not None:  # temporal ensembling: every step, the kept chunks weighted by age
+            w = np.exp(float(chunk["ensemble"]) * np.arange(horizon, dtype=np.float32)).astype(np.float32)
+            step_doc = "; runs the network every call and averages the last chunks' predictions (ACT's ensembling)"
+            chunk_state = (f"static const float CHUNK_W[{horizon}] = {_floats(w)};\n"
+                           f"static float chunk_past[{horizon * out_dim}];\nstatic int chunk_valid = 0;\n")
+            chunk_reset = "\n    chunk_valid = 0;"
+            query = (f"{{\n        int j;\n        float wsum = 0.0f;\n"
+                     f"        for (i = {horizon * out_dim - 1}; i >= {out_dim}; --i)\n"
+                     f"            chunk_past[i] = chunk_past[i - {out_dim}];\n"
+                     f"        {prefix}_forward(obs, chunk_past);\n"
+                     f"        if (chunk_valid < {horizon}) ++chunk_valid;\n"
+                     f"        for (i = 0; i < {act_dim}; ++i) action[i] = 0.0f;\n"
+                     f"        for (j = 0; j < chunk_valid; ++j) {{\n            wsum += CHUNK_W[j];\n"
+                     f"            for (i = 0; i < {act_dim}; ++i) action[i] += CHUNK_W[j] * "
+                     f"chunk_past[j * {out_dim + act_dim} + i];\n        }}\n"
+                     f"        for (i = 0; i < {act_dim}; ++i) action[i] /= wsum;\n    }}")
     else:
         chunk_defs, chunk_reset_doc, step_doc, chunk_state, chunk_reset = "", "", "", "", ""
         forward_doc = f"action ({act_dim} floats in [-1, 1])"

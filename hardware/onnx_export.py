@@ -76,6 +76,8 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
             nodes.append(helper.make_node("Identity", [x], [y]))
         elif op.kind == "concat_saved":
             nodes.append(helper.make_node("Concat", [saved[int(op.attrs["index"])], x], [y], axis=1))
+        elif op.kind == "add_saved":
+            nodes.append(helper.make_node("Add", [saved[int(op.attrs["index"])], x], [y]))
         elif op.kind == "residual_add":
             lim = float(op.attrs["limit"])
             nodes += [helper.make_node("Mul", [x, const(f"scale{i}", np.float32(op.attrs["scale"]))], [f"m{i}"]),

@@ -15,16 +15,32 @@ from embodied.policies.actor_critic import POLICIES, _normalizer
 from embodied.policies.networks import mlp
 
 
+def ensemble_weights(horizon: int, decay: float) -> torch.Tensor:
+    """ACT's temporal-ensembling weights by a prediction's age j (steps since the chunk was predicted):
+    ``exp(decay j)``, normalized over the valid predictions when used. ACT writes ``exp(-m i)`` with ``i = 0`` the
+    oldest; over the same predictions that is ``exp(m j)`` up to a constant, which the normalization removes."""
+    return torch.exp(decay * torch.arange(horizon, dtype=torch.float32))
+
+
 class ChunkQueue:
     """Per-env queues of predicted chunks for an ``nn.Module`` with ``horizon``, ``execute``, ``act_dim`` and
     ``chunk(obs) -> [B, horizon, act_dim]`` (its deterministic chunk): ``act`` executes ``execute`` actions of a
-    chunk before it runs the network again for that env."""
+    chunk before it runs the network again for that env.
 
+    With ``ensemble`` set (a decay ``m``; ACT's temporal ensembling, Zhao et al. 2023) the network runs every step
+    instead, and the action is the weighted mean of every kept chunk's prediction for the current step, the
+    prediction made ``j`` steps ago weighted ``exp(m j)`` (``m > 0`` favours older predictions, as ACT's 0.01)."""
+
+    ensemble: float | None = None
     _queue: torch.Tensor | None = None  # [N, horizon, act_dim] per env
     _next: torch.Tensor | None = None  # [N] index of the next queued action; >= execute: look again
+    _past: torch.Tensor | None = None  # ensembling: [N, horizon (age), horizon, act_dim] the last chunks, newest first
+    _valid: torch.Tensor | None = None  # ensembling: [N, horizon] which ages hold a chunk of this episode
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Empty the queues of the envs in ``mask`` (all when None): their next action comes from a new chunk."""
+        if self._valid is not None:
+            self._valid[slice(None) if mask is None else mask.to(self._valid.device)] = False
         if self._queue is None:
             return
         if mask is None:
@@ -32,8 +48,23 @@ class ChunkQueue:
         else:
             self._next[mask.to(self._next.device)] = self.execute
 
+    def _ensembled(self, obs: torch.Tensor, advance: bool) -> torch.Tensor:
+        n, h = obs.shape[0], self.horizon
+        if self._past is None or self._past.shape[0] != n or self._past.device != obs.device:
+            self._past = torch.zeros(n, h, h, self.act_dim, device=obs.device)
+            self._valid = torch.zeros(n, h, dtype=torch.bool, device=obs.device)
+        past = torch.cat([self.chunk(obs)[:, None], self._past[:, :-1]], 1)
+        valid = torch.cat([torch.ones_like(self._valid[:, :1]), self._valid[:, :-1]], 1)
+        if advance:
+            self._past, self._valid = past, valid
+        age = torch.arange(h, device=obs.device)
+        w = ensemble_weights(h, float(self.ensemble)).to(obs.device) * valid  # [N, age]
+        return (w[..., None] * past[:, age, age]).sum(1) / w.sum(1, keepdim=True)
+
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.ensemble is not None:
+            return self._ensembled(obs, advance=True)
         n = obs.shape[0]
         if self._queue is None or self._queue.shape[0] != n or self._queue.device != obs.device:
             self._queue = torch.zeros(n, self.horizon, self.act_dim, device=obs.device)
@@ -49,6 +80,8 @@ class ChunkQueue:
     @torch.no_grad()
     def peek(self, obs: torch.Tensor) -> torch.Tensor:
         """The action ``act(obs)`` would give, without advancing the queues."""
+        if self.ensemble is not None:
+            return self._ensembled(obs, advance=False)
         n = obs.shape[0]
         if self._queue is None or self._queue.shape[0] != n:
             return self.chunk(obs)[:, 0]
@@ -63,13 +96,14 @@ class ChunkedActor(ChunkQueue, nn.Module):
     spec_name = "chunked_mlp"
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], horizon: int = 8, execute: int = 4,
-                 activation: str = "relu", obs_normalization: bool = False):
+                 activation: str = "relu", obs_normalization: bool = False, ensemble: float | None = None):
         super().__init__()
         if not 1 <= execute <= horizon:
             raise ValueError(f"execute must be in 1..horizon, got {execute} of {horizon}")
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), horizon=horizon,
-                                execute=execute, activation=activation, obs_normalization=obs_normalization)
-        self.act_dim, self.horizon, self.execute = act_dim, horizon, execute
+                                execute=execute, activation=activation, obs_normalization=obs_normalization,
+                                ensemble=ensemble)
+        self.act_dim, self.horizon, self.execute, self.ensemble = act_dim, horizon, execute, ensemble
         self.normalizer = _normalizer(obs_dim, obs_normalization)
         self.net = mlp(obs_dim, list(hidden), horizon * act_dim, activation)
 

@@ -19,6 +19,7 @@ Ops, applied in order to a vector ``x``:
     save           y = x, and x kept as saved[k] (k counts the saves)   a composite policy (a residual over a base)
     concat_saved   y = [saved[index], x]                                  (size: saved[index]'s length)
     residual_add   y = clip(saved[index] + clip(scale x, -limit, limit), -1, 1)
+    add_saved      y = saved[index] + x                                   (a flow head's Euler step)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from embodied.policies.actor_critic import (
     SquashedGaussianActor,
 )
 from embodied.policies.chunked import ChunkedActor, ChunkQueue
+from embodied.policies.flow import FlowChunkActor, time_embedding
 from embodied.policies.networks import GroupMLP
 from embodied.policies.normalizer import EmpiricalNormalizer
 from embodied.policies.residual import ResidualActor
@@ -119,6 +121,8 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     if isinstance(norm, EmpiricalNormalizer):
         ops.append(Op("normalize", {"mean": _np(norm.mean), "std": _np(torch.sqrt(norm.var + norm.eps))},
                       {"clip": float(norm.clip)}))
+    if isinstance(actor, FlowChunkActor):
+        return ops + _flow_ops(actor), int(actor.init_kwargs["obs_dim"])
     trunk = getattr(actor, "trunk", nn.Identity())
     if isinstance(trunk, ImageSplit):
         enc = trunk.encoder
@@ -142,12 +146,37 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     return ops, int(actor.init_kwargs["obs_dim"])
 
 
+def _flow_ops(actor: FlowChunkActor) -> list[Op]:
+    """A flow head's Euler steps unrolled (``FlowChunkActor.integrate`` from ``x_0 = 0``): the normalized observation
+    is saved; at step k the first layer reads ``[o, x_k]`` with ``t_k``'s embedding folded into its bias (``x_0 = 0``:
+    step 0 reads ``o`` alone), the last layer is scaled by ``dt``, and ``add_saved`` adds ``x_k``."""
+    layers = list(actor.net)
+    first, rest = layers[0], _net_ops(nn.Sequential(*layers[1:]))
+    d, n = actor.obs_dim, actor.horizon * actor.act_dim
+    W, b = first.weight.detach(), first.bias.detach()
+    dt = 1.0 / actor.steps
+    ops = [Op("save")]  # saved[0] = o; saved[k] = x_k
+    for k in range(actor.steps):
+        bias = _np(b + W[:, d + n:] @ time_embedding(torch.tensor([k * dt], dtype=W.dtype))[0])
+        if k:
+            ops.append(Op("concat_saved", attrs={"index": 0, "size": d}))
+        ops.append(Op("dense", {"W": _np(W[:, :d + n] if k else W[:, :d]), "b": bias}))
+        last = rest[-1].arrays
+        ops += rest[:-1] + [Op("dense", {"W": last["W"] * np.float32(dt), "b": last["b"] * np.float32(dt)})]
+        if k:
+            ops.append(Op("add_saved", attrs={"index": k}))
+        if k < actor.steps - 1:
+            ops.append(Op("save"))
+    return ops + [Op("clip", attrs={"lo": -1.0, "hi": 1.0})]
+
+
 def chunk_spec(actor: nn.Module) -> dict | None:
     """``{"horizon": H, "execute": k}`` of an action-chunked actor, whose program outputs the whole chunk
     (``H * act_dim`` entries, action after action) and whose runner executes ``k`` of them before it looks again;
     None for a per-step actor."""
     if isinstance(actor, ChunkQueue) and int(actor.horizon) > 1:
-        return {"horizon": int(actor.horizon), "execute": int(actor.execute)}
+        ensemble = {} if actor.ensemble is None else {"ensemble": float(actor.ensemble)}
+        return {"horizon": int(actor.horizon), "execute": int(actor.execute), **ensemble}
     return None
 
 
@@ -216,6 +245,8 @@ class ProgramModule(nn.Module):
                 saved.append(x)
             elif kind == "concat_saved":
                 x = torch.cat([saved[int(attrs["index"])], x], -1)
+            elif kind == "add_saved":
+                x = saved[int(attrs["index"])] + x
             elif kind == "residual_add":
                 lim = attrs["limit"]
                 x = (saved[int(attrs["index"])] + (attrs["scale"] * x).clamp(-lim, lim)).clamp(-1.0, 1.0)
@@ -271,12 +302,13 @@ class ChunkedProgramPolicy(ChunkQueue, ProgramPolicy):
 
     spec_name = "chunked_program"
 
-    def __init__(self, ops: list, obs_dim: int, act_dim: int, horizon: int, execute: int):
+    def __init__(self, ops: list, obs_dim: int, act_dim: int, horizon: int, execute: int,
+                 ensemble: float | None = None):
         super().__init__(ops, obs_dim, act_dim)
         if not 1 <= execute <= horizon:
             raise ValueError(f"execute must be in 1..horizon, got {execute} of {horizon}")
-        self.init_kwargs.update(horizon=int(horizon), execute=int(execute))
-        self.act_dim, self.horizon, self.execute = int(act_dim), int(horizon), int(execute)
+        self.init_kwargs.update(horizon=int(horizon), execute=int(execute), ensemble=ensemble)
+        self.act_dim, self.horizon, self.execute, self.ensemble = int(act_dim), int(horizon), int(execute), ensemble
 
     def chunk(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs).reshape(-1, self.horizon, self.act_dim)
@@ -296,6 +328,8 @@ def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:
             saved.append(x)
         elif k == "concat_saved":
             x = np.concatenate([saved[int(op.attrs["index"])], x], 1)
+        elif k == "add_saved":
+            x = saved[int(op.attrs["index"])] + x
         elif k == "residual_add":
             lim = op.attrs["limit"]
             x = np.clip(saved[int(op.attrs["index"])] + np.clip(op.attrs["scale"] * x, -lim, lim), -1.0, 1.0)

@@ -5,7 +5,9 @@ in [-1, 1]) with its observation normalizer fitted on the whole dataset, so it e
 
 With ``bc.chunk=H`` (> 1) the policy is action-chunked (ACT style, ``policies/chunked.py``): it predicts the next
 ``H`` actions of the demonstration from each step (the chunk padded with the episode's last action past its end)
-and executes the first ``bc.execute`` of them (default ``H // 2``) before it looks again.
+and executes the first ``bc.execute`` of them (default ``H // 2``) before it looks again. ``bc.head=flow`` learns the
+chunk with a flow-matching head (``policies/flow.py``: multimodal demonstrations without averaging their modes).
+``bc.ensemble=m`` acts with ACT's temporal ensembling (the network every step, the chunks' predictions averaged).
 
 A tenth of the episodes (at least one) is held out: ``bc/val_loss`` is the action MSE on them."""
 
@@ -21,7 +23,7 @@ from torch import nn
 from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transition
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
-from embodied.policies import ChunkedActor, DeterministicActor, update_normalizer
+from embodied.policies import ChunkedActor, DeterministicActor, FlowChunkActor, update_normalizer
 
 VAL_EVERY = 200  # gradient steps between two held-out losses
 
@@ -35,6 +37,9 @@ class BCConfig:
     holdout: float = 0.1  # fraction of the episodes held out for the validation loss
     chunk: int = 1  # actions predicted per observation; 1: a per-step MLP policy
     execute: int = 0  # of a chunk, the actions executed before the policy looks again; 0: chunk // 2 (at least 1)
+    head: str = "mse"  # mse: regress the chunk (tanh MLP); flow: a flow-matching chunk head (policies/flow.py)
+    flow_steps: int = 10  # the flow head's Euler steps per chunk
+    ensemble: float | None = None  # a chunked policy's temporal ensembling (ACT: 0.01): look every step, average
 
 
 def chunk_targets(action: torch.Tensor, episode: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -63,6 +68,8 @@ class BC(Algorithm):
             raise UserError(f"bc: batch_size >= 1 and holdout in [0, 1), got {cfg.batch_size}, {cfg.holdout}")
         if cfg.chunk < 1 or not 0 <= cfg.execute <= cfg.chunk:
             raise UserError(f"bc: chunk >= 1 and execute in 0..chunk, got {cfg.chunk}, {cfg.execute}")
+        if cfg.head not in ("mse", "flow") or cfg.flow_steps < 1:
+            raise UserError(f"bc: head is mse or flow and flow_steps >= 1, got {cfg.head!r}, {cfg.flow_steps}")
         data = read_transitions(ctx.data, ["policy"])
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
@@ -82,9 +89,12 @@ class BC(Algorithm):
             self.pi = build_vla(ctx, act_dim)
             self.description = getattr(self.pi, "description", {})
             self.pi.fit_action_range(data["action"].clamp(-1.0, 1.0))
+        elif cfg.head == "flow":
+            self.pi = FlowChunkActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, cfg.execute or max(1, cfg.chunk // 2),
+                                     cfg.flow_steps, p.activation, p.obs_normalization, cfg.ensemble)
         elif cfg.chunk > 1:
             self.pi = ChunkedActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, cfg.execute or max(1, cfg.chunk // 2),
-                                   p.activation, p.obs_normalization)
+                                   p.activation, p.obs_normalization, cfg.ensemble)
         else:
             self.pi = DeterministicActor(obs_dim, act_dim, p.actor_hidden, p.activation, p.obs_normalization)
         self.pi.to(self.device)
@@ -136,7 +146,8 @@ class BC(Algorithm):
         """The policy's own cloning loss where it has one (the VLA's cross-entropy on bins), else the action MSE."""
         if hasattr(self.pi, "bc_loss"):
             noise = self.text_noise if torch.is_grad_enabled() else 0.0  # the held-out loss: clean instructions
-            return self.pi.bc_loss(obs, target, self.label_smoothing, self.label_sigma, noise, self.generator)
+            return self.pi.bc_loss(obs, target, label_smoothing=self.label_smoothing, label_sigma=self.label_sigma,
+                                   text_noise=noise, generator=self.generator)
         return ((self.pi(obs) - target) ** 2).mean()
 
     def actor(self) -> nn.Module:

@@ -59,3 +59,26 @@ def test_a_residual_over_a_chunked_base_starts_as_the_base():
             mask = torch.tensor([True, False, True, False])
             combined.reset(mask)
             base.reset(mask)
+
+
+def test_temporal_ensembling_exact_values():
+    """ACT's temporal ensembling: every step a new chunk; the action is the mean of the kept chunks' predictions
+    for this step weighted exp(m * age), per env, forgotten on reset; peek does not advance."""
+    import math
+
+    pi = _counting_actor()  # chunk from obs x: tanh(x + k / 10), k = 0..3
+    pi.ensemble = 0.5
+    w = [math.exp(0.5 * j) for j in range(4)]
+    a = lambda x: pi.act(torch.tensor(x)[:, None])[:, 0]  # noqa: E731
+    xs = [0.0, 0.3, -0.2, 0.5, 0.1]
+    for t, x in enumerate(xs):
+        # the chunk made j steps ago (from xs[t - j]) predicts this step with its entry j
+        preds = [(w[j], math.tanh(xs[t - j] + j / 10)) for j in range(min(t + 1, 4))]
+        expected = sum(wj * p for wj, p in preds) / sum(wj for wj, _ in preds)
+        if t == 3:
+            assert math.isclose(float(pi.peek(torch.tensor([[x], [x]]))[0, 0]), expected, abs_tol=1e-6)
+        assert math.isclose(float(a([x, x])[0]), expected, abs_tol=1e-6), t
+    pi.reset(torch.tensor([True, False]))
+    out = a([0.25, 0.25])
+    assert math.isclose(float(out[0]), math.tanh(0.25), abs_tol=1e-6) and not math.isclose(float(out[1]),
+                                                                                             math.tanh(0.25))

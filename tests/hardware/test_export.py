@@ -288,6 +288,24 @@ def test_chunked_policy_exports_and_runs_its_queue(tmp_path):
         for r in runners:
             assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
         hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])
+    # with temporal ensembling (the network every step, the kept chunks averaged) in both runners
+    actor.ensemble = 0.3
+    write_bundle(actor, layout, x.numpy(), tmp_path / "e", "all")
+    runners = [load_bundle(tmp_path / "e", backend) for backend in ("onnx", "c")]
+    actor.reset()
+    hist[:] = 0.1
+    for t in range(9):
+        if t == 6:
+            for r in runners:
+                r.reset()
+            actor.reset()
+            hist[:] = 0.1
+        state = np.random.default_rng(t).normal(size=3).astype(np.float32)
+        ref = actor.act(torch.from_numpy(np.concatenate([state, hist]))[None])[0].numpy()
+        for r in runners:
+            assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
+        hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])
+    actor.ensemble = None
     # the bundle as a frozen base: a ChunkedProgramPolicy whose act queues like the actor's
     base = build_policy(load_base(str(tmp_path / "b"), 7, 2)["spec"])
     base.load_state_dict(load_base(str(tmp_path / "b"), 7, 2)["state"])
