@@ -360,7 +360,7 @@ class PolicyRunner:
         outputs = ["action", "base_action"] if residual else ["action"]
         # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
         # terms' slots; as views of the one observation buffer, made once
-        slices = _slices_without_instruction(self.layout)
+        slices = self.layout.slices("policy", skip_sources=("instruction",))
         runs, self._history, s = [], [], 0
         for t in self.layout.terms("policy"):
             if t.source == "instruction":
@@ -475,17 +475,6 @@ class PolicyRunner:
             np.copyto(older, newer)  # overlapping: numpy copies as if through a temporary
             _clip(a, _LO, _HI, out=last)
         return a
-
-
-def _slices_without_instruction(layout: Layout) -> dict[str, slice]:
-    """Each policy term's entries in the bundle's ``obs`` input: the policy vector without its instruction terms."""
-    out, start = {}, 0
-    for t in layout.terms("policy"):
-        if t.source == "instruction":
-            continue
-        out[t.name] = slice(start, start + t.size)
-        start += t.size
-    return out
 
 
 def load_bundle(path, backend: str = "onnx") -> PolicyRunner:

@@ -90,10 +90,13 @@ class Layout:
             raise UserError(f"layout has no observation group {group!r}; groups: {', '.join(self.observation)}") \
                 from None
 
-    def slices(self, group: str) -> dict[str, slice]:
-        """Each term's entries in the group's vector."""
+    def slices(self, group: str, skip_sources: tuple[str, ...] = ()) -> dict[str, slice]:
+        """Each term's entries in the group's vector, or in the vector without the terms of ``skip_sources`` (a
+        language bundle's ``obs`` input has no instruction terms)."""
         out, start = {}, 0
         for t in self.terms(group):
+            if t.source in skip_sources:
+                continue
             out[t.name] = slice(start, start + t.size)
             start += t.size
         return out
