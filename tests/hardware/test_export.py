@@ -253,6 +253,24 @@ def test_residual_program_ops_exact_values():
         program_from_onnx(onnx.load_from_string(model.SerializeToString()))
 
 
+def _fly_beside(actor, runners, steps: int, new_episode_at: int) -> None:
+    """Each runner's ``act`` on the robot state (3 entries) equals the torch actor's on the full observation (the
+    state, then a 2-action history starting at 0.1), step by step, with a new episode at ``new_episode_at``."""
+    actor.reset()
+    hist = np.full(4, 0.1, np.float32)
+    for t in range(steps):
+        if t == new_episode_at:  # a new episode: the queues and the history restart
+            for r in runners:
+                r.reset()
+            actor.reset()
+            hist[:] = 0.1
+        state = np.random.default_rng(t).normal(size=3).astype(np.float32)
+        ref = actor.act(torch.from_numpy(np.concatenate([state, hist]))[None])[0].numpy()
+        for r in runners:
+            assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
+        hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])
+
+
 def test_chunked_policy_exports_and_runs_its_queue(tmp_path):
     """An action-chunked policy (ACT-style, ``bc.chunk``): its program outputs the whole chunk (parity on chunks),
     and the ONNX and C runners execute ``execute`` actions of each chunk before they look again, as the torch
@@ -275,36 +293,11 @@ def test_chunked_policy_exports_and_runs_its_queue(tmp_path):
     runners = [load_bundle(tmp_path / "b", backend) for backend in ("onnx", "c")]
     for r in runners:
         assert r.forward(x.numpy()).shape == (32, 8)
-    actor.reset()
-    hist = np.full(4, 0.1, np.float32)
-    for t in range(11):
-        if t == 7:  # a new episode: the queues and the history restart
-            for r in runners:
-                r.reset()
-            actor.reset()
-            hist[:] = 0.1
-        state = np.random.default_rng(t).normal(size=3).astype(np.float32)
-        ref = actor.act(torch.from_numpy(np.concatenate([state, hist]))[None])[0].numpy()
-        for r in runners:
-            assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
-        hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])
+    _fly_beside(actor, runners, steps=11, new_episode_at=7)
     # with temporal ensembling (the network every step, the kept chunks averaged) in both runners
     actor.ensemble = 0.3
     write_bundle(actor, layout, x.numpy(), tmp_path / "e", "all")
-    runners = [load_bundle(tmp_path / "e", backend) for backend in ("onnx", "c")]
-    actor.reset()
-    hist[:] = 0.1
-    for t in range(9):
-        if t == 6:
-            for r in runners:
-                r.reset()
-            actor.reset()
-            hist[:] = 0.1
-        state = np.random.default_rng(t).normal(size=3).astype(np.float32)
-        ref = actor.act(torch.from_numpy(np.concatenate([state, hist]))[None])[0].numpy()
-        for r in runners:
-            assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
-        hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])
+    _fly_beside(actor, [load_bundle(tmp_path / "e", backend) for backend in ("onnx", "c")], steps=9, new_episode_at=6)
     actor.ensemble = None
     # the bundle as a frozen base: a ChunkedProgramPolicy whose act queues like the actor's
     base = build_policy(load_base(str(tmp_path / "b"), 7, 2)["spec"])
