@@ -37,6 +37,11 @@ class ChunkQueue:
     _past: torch.Tensor | None = None  # ensembling: [N, horizon (age), horizon, act_dim] the last chunks, newest first
     _valid: torch.Tensor | None = None  # ensembling: [N, horizon] which ages hold a chunk of this episode
 
+    def _set_chunking(self, act_dim: int, horizon: int, execute: int, ensemble: float | None) -> None:
+        if not 1 <= execute <= horizon:
+            raise ValueError(f"execute must be in 1..horizon, got {execute} of {horizon}")
+        self.act_dim, self.horizon, self.execute, self.ensemble = int(act_dim), int(horizon), int(execute), ensemble
+
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Empty the queues of the envs in ``mask`` (all when None): their next action comes from a new chunk."""
         if self._valid is not None:
@@ -98,12 +103,10 @@ class ChunkedActor(ChunkQueue, nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], horizon: int = 8, execute: int = 4,
                  activation: str = "relu", obs_normalization: bool = False, ensemble: float | None = None):
         super().__init__()
-        if not 1 <= execute <= horizon:
-            raise ValueError(f"execute must be in 1..horizon, got {execute} of {horizon}")
+        self._set_chunking(act_dim, horizon, execute, ensemble)
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), horizon=horizon,
                                 execute=execute, activation=activation, obs_normalization=obs_normalization,
                                 ensemble=ensemble)
-        self.act_dim, self.horizon, self.execute, self.ensemble = act_dim, horizon, execute, ensemble
         self.normalizer = _normalizer(obs_dim, obs_normalization)
         self.net = mlp(obs_dim, list(hidden), horizon * act_dim, activation)
 

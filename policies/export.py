@@ -305,10 +305,8 @@ class ChunkedProgramPolicy(ChunkQueue, ProgramPolicy):
     def __init__(self, ops: list, obs_dim: int, act_dim: int, horizon: int, execute: int,
                  ensemble: float | None = None):
         super().__init__(ops, obs_dim, act_dim)
-        if not 1 <= execute <= horizon:
-            raise ValueError(f"execute must be in 1..horizon, got {execute} of {horizon}")
+        self._set_chunking(act_dim, horizon, execute, ensemble)
         self.init_kwargs.update(horizon=int(horizon), execute=int(execute), ensemble=ensemble)
-        self.act_dim, self.horizon, self.execute, self.ensemble = int(act_dim), int(horizon), int(execute), ensemble
 
     def chunk(self, obs: torch.Tensor) -> torch.Tensor:
         return self(obs).reshape(-1, self.horizon, self.act_dim)

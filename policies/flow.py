@@ -39,13 +39,13 @@ class FlowChunkActor(ChunkQueue, nn.Module):
                  steps: int = 10, activation: str = "relu", obs_normalization: bool = False,
                  ensemble: float | None = None):
         super().__init__()
-        if not 1 <= execute <= horizon or steps < 1:
-            raise ValueError(f"execute must be in 1..horizon and steps >= 1, got {execute} of {horizon}, {steps}")
+        if steps < 1:
+            raise ValueError(f"steps must be >= 1, got {steps}")
+        self._set_chunking(act_dim, horizon, execute, ensemble)
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=list(hidden), horizon=horizon,
                                 execute=execute, steps=steps, activation=activation,
                                 obs_normalization=obs_normalization, ensemble=ensemble)
-        self.ensemble = ensemble
-        self.obs_dim, self.act_dim, self.horizon, self.execute, self.steps = obs_dim, act_dim, horizon, execute, steps
+        self.obs_dim, self.steps = obs_dim, steps
         self.normalizer = _normalizer(obs_dim, obs_normalization)
         self.net = mlp(obs_dim + horizon * act_dim + TIME_FEATURES, list(hidden), horizon * act_dim, activation)
 

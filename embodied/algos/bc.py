@@ -9,7 +9,8 @@ and executes the first ``bc.execute`` of them (default ``H // 2``) before it loo
 chunk with a flow-matching head (``policies/flow.py``: multimodal demonstrations without averaging their modes).
 ``bc.ensemble=m`` acts with ACT's temporal ensembling (the network every step, the chunks' predictions averaged).
 
-A tenth of the episodes (at least one) is held out: ``bc/val_loss`` is the action MSE on them."""
+A tenth of the episodes (at least one) is held out: ``bc/val_loss`` is the cloning loss on them (the action MSE,
+or the policy's own loss: the flow head's, the VLA's)."""
 
 from __future__ import annotations
 
@@ -89,12 +90,12 @@ class BC(Algorithm):
             self.pi = build_vla(ctx, act_dim)
             self.description = getattr(self.pi, "description", {})
             self.pi.fit_action_range(data["action"].clamp(-1.0, 1.0))
-        elif cfg.head == "flow":
-            self.pi = FlowChunkActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, cfg.execute or max(1, cfg.chunk // 2),
-                                     cfg.flow_steps, p.activation, p.obs_normalization, cfg.ensemble)
-        elif cfg.chunk > 1:
-            self.pi = ChunkedActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, cfg.execute or max(1, cfg.chunk // 2),
-                                   p.activation, p.obs_normalization, cfg.ensemble)
+        elif cfg.head == "flow" or cfg.chunk > 1:
+            execute = cfg.execute or max(1, cfg.chunk // 2)
+            self.pi = FlowChunkActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, execute, cfg.flow_steps,
+                                     p.activation, p.obs_normalization, cfg.ensemble) if cfg.head == "flow" else \
+                ChunkedActor(obs_dim, act_dim, p.actor_hidden, cfg.chunk, execute, p.activation, p.obs_normalization,
+                             cfg.ensemble)
         else:
             self.pi = DeterministicActor(obs_dim, act_dim, p.actor_hidden, p.activation, p.obs_normalization)
         self.pi.to(self.device)
@@ -143,7 +144,8 @@ class BC(Algorithm):
         return out
 
     def loss(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """The policy's own cloning loss where it has one (the VLA's cross-entropy on bins), else the action MSE."""
+        """The policy's own cloning loss where it has one (the VLA's cross-entropy on bins, the flow head's velocity
+        loss), else the action MSE."""
         if hasattr(self.pi, "bc_loss"):
             noise = self.text_noise if torch.is_grad_enabled() else 0.0  # the held-out loss: clean instructions
             return self.pi.bc_loss(obs, target, label_smoothing=self.label_smoothing, label_sigma=self.label_sigma,
