@@ -23,32 +23,28 @@ from _machine import emit, machine_info  # noqa: E402
 def ceiling(task: str, base: str, limit: float, episodes: int, seed: int, hold_gripper: bool) -> float:
     from embodied import make_env
     from embodied.algos.residual import load_base
+    from embodied.evaluate import evaluate
     from embodied.policies import build_policy
     from embodied.policies.chunked import reset_policy
     from embodied.tasks.manipulation.experts import expert
 
     env = make_env(task, num_envs=episodes, seed=seed)
-    obs, _ = env.reset(seed=seed)
-    spec = load_base(base, obs["policy"].shape[1], env.single_action_space.shape[0])
+    spec = load_base(base, env.single_observation_space["policy"].shape[0], env.single_action_space.shape[0])
     policy = build_policy(spec["spec"])
     policy.load_state_dict(spec["state"])
     policy.eval()
-    scripted = expert(env, action_noise=0.0, seed=seed)
-    first = torch.ones(episodes, dtype=torch.bool)
-    success = 0
-    while first.any():
-        with torch.no_grad():
-            b = policy.act(obs["policy"]).double().clamp(-1, 1)
+    scripted = expert(env, action_noise=0.0, seed=seed)  # restarts its phases where the env starts an episode
+
+    @torch.no_grad()
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        b = policy.act(obs).double().clamp(-1, 1)
         correction = (scripted(obs).double().clamp(-1, 1) - b).clamp(-limit, limit)
         if hold_gripper:  # corrections of the pose only: the gripper stays the base's
             correction[:, 6] = 0.0
-        obs, _, terminated, truncated, info = env.step((b + correction).clamp(-1, 1).float())
-        done = terminated | truncated
-        if done.any():
-            success += int(info["final_info"]["success"][done & first].sum())
-            first &= ~done
-            reset_policy(policy, done)  # a chunked base starts the new episodes' chunks afresh
-    return success / episodes
+        return (b + correction).clamp(-1, 1).float()
+
+    # each env's first episode counts once (counting the first to finish would favour fast successes)
+    return evaluate(act, env, seed, reset=lambda mask: reset_policy(policy, mask))["eval/success"]
 
 
 def main() -> None:
