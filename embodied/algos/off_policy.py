@@ -43,6 +43,7 @@ class OffPolicyConfig:
     warmup_steps: int = 5_000  # env steps of uniform random actions before learning
     updates_per_step: float = 0.2  # critic updates per env step (RLtools L2F: 1 per 5 steps)
     actor_every: int = 2  # actor (and targets, TD3) update on every n-th critic update
+    critic_burn_in: int = 0  # env steps after warm-up during which only the critic learns (the actor stays as built)
     max_grad_norm: float | None = 1.0
     weight_decay: float = 1e-4
     symmetry_augmentation: bool = False  # each replay row seen under a random element of the task's symmetry group
@@ -113,6 +114,11 @@ class OffPolicyAlgorithm(Algorithm):
     def _extra_param_groups(self) -> list[dict]:
         return []
 
+    def _actor_step(self) -> bool:
+        """Whether this critic step also updates the actor: every ``actor_every``-th one, after the burn-in."""
+        burnt_in = self.num_observed >= self.cfg.warmup_steps + self.cfg.critic_burn_in
+        return burnt_in and (self.num_updates + 1) % self.cfg.actor_every == 0
+
     def _sample(self) -> dict[str, torch.Tensor]:
         """A replay batch; with ``symmetry_augmentation`` each row under a random group element."""
         if not self.cfg.symmetry_augmentation:
@@ -145,8 +151,12 @@ class OffPolicyAlgorithm(Algorithm):
     def act(self, obs: Obs) -> torch.Tensor:
         o = obs["policy"]
         if self.num_observed < self.cfg.warmup_steps:
-            return torch.rand(o.shape[0], self.act_dim, generator=self.generator, device=self.device) * 2 - 1
+            return self._warmup_action(o)
         return self._explore(o)
+
+    def _warmup_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """Warm-up actions: uniform in [-1, 1]."""
+        return torch.rand(obs.shape[0], self.act_dim, generator=self.generator, device=self.device) * 2 - 1
 
     def observe(self, tr: Transition) -> None:
         update_normalizer(self.pi, tr.obs["policy"])

@@ -49,6 +49,17 @@ class ResidualSACConfig(SACConfig):
     # SAC's 0.5 pays more for the residual's entropy than a tabletop task pays per step for progress
     init_alpha: float = 0.1
     updates_per_step: float = 0.25
+    # the squashed actor's initial log-std (its log-std rows start at zero weights and this bias); None: the
+    # network's random initialization (std ~1 before tanh: a residual of +-scale at random from step 0)
+    init_log_std: float | None = None
+    # Policy Decorator's progressive exploration: over the first ``explore_ramp`` env steps each env step applies
+    # the residual's sample with probability rising linearly from 0 to 1 (otherwise the base acts alone and the
+    # replay stores a zero residual); 0: always applied
+    explore_ramp: int = 0
+    # TD3+BC's form of a trust region around the base: the actor's loss adds
+    # residual_penalty * mean|Q| * mean(r^2) (r the residual in [-1, 1]), so the residual grows only where the
+    # critic's gain outweighs it; 0: none
+    residual_penalty: float = 0.0
 
 
 def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
@@ -114,6 +125,9 @@ class Residual:
         with torch.no_grad():  # the residual's mean starts at exactly zero (a squashed actor's log-std rows stay)
             last.weight[:act_dim].zero_()
             last.bias[:act_dim].zero_()
+            if getattr(self.cfg, "init_log_std", None) is not None and last.out_features == 2 * act_dim:
+                last.weight[act_dim:].zero_()
+                last.bias[act_dim:].fill_(self.cfg.init_log_std)
         self.combined = ResidualActor(base["spec"], policy_spec(self.pi), self.cfg.scale, self.cfg.limit)
         self.combined.base.load_state_dict(base["state"])
         self.combined.residual = self.pi  # one module: what the learner trains is what the combined policy runs
@@ -132,7 +146,12 @@ class Residual:
     def act(self, obs: Obs):
         aug, b = self._augment(obs)
         r, extras = split_act(super().act(aug))
+        r = self._gate(r)
         return self.combined.combine(b, r), {**extras, "residual": r, "base": b}
+
+    def _gate(self, r: torch.Tensor) -> torch.Tensor:
+        """The residual the env receives this step (all of it, unless a learner ramps its exploration in)."""
+        return r
 
     @torch.no_grad()
     def observe(self, tr: Transition) -> None:
@@ -151,6 +170,23 @@ class ResidualPPO(Residual, PPO):
 
 class ResidualSAC(Residual, SAC):
     name, config_cls = "residual-sac", ResidualSACConfig
+
+    def _warmup_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The residual's own samples (zero mean at first), not uniform ones: a uniform residual of +-scale is an
+        arbitrary perturbation of the base, which at a large scale wrecks every warm-up episode."""
+        return self._explore(obs)
+
+    def _actor_penalty(self, a_pi: torch.Tensor, q_pi: torch.Tensor) -> torch.Tensor | float:
+        if self.cfg.residual_penalty <= 0:
+            return 0.0
+        return self.cfg.residual_penalty * q_pi.detach().abs().mean() * a_pi.pow(2).mean()
+
+    def _gate(self, r: torch.Tensor) -> torch.Tensor:
+        ramp = self.cfg.explore_ramp
+        if ramp <= 0 or self.num_observed >= ramp:
+            return r
+        keep = torch.rand(r.shape[0], 1, generator=self.generator, device=r.device) < self.num_observed / ramp
+        return r * keep
 
 
 ALGOS.register("residual-ppo", ResidualPPO)

@@ -41,6 +41,10 @@ class SAC(OffPolicyAlgorithm):
     def _explore(self, obs: torch.Tensor) -> torch.Tensor:
         return self.pi.sample(obs, self.generator)[0]
 
+    def _actor_penalty(self, a_pi: torch.Tensor, q_pi: torch.Tensor) -> torch.Tensor | float:
+        """A term added to the actor's loss (none here; a residual learner keeps its residual near zero)."""
+        return 0.0
+
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         """One critic step and, every ``actor_every``-th call, one actor and temperature step, all
         from one sampled batch with a single backward pass:
@@ -55,7 +59,7 @@ class SAC(OffPolicyAlgorithm):
         cfg = self.cfg
         b = self._sample()
         alpha = self.log_alpha.detach().exp()
-        actor_step = (self.num_updates + 1) % cfg.actor_every == 0
+        actor_step = self._actor_step()
         bsz = cfg.batch_size
         if actor_step:
             a_all, logp_all = self.pi.sample(torch.cat([b["obs"], b["next_obs"]]), self.generator)
@@ -71,7 +75,8 @@ class SAC(OffPolicyAlgorithm):
         loss = q_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
         metrics = {"sac/critic_loss": q_loss.detach(), "sac/q_mean": q.detach().mean(), "sac/alpha": alpha}
         if actor_step:
-            pi_loss = (alpha * logp_pi - self.q(b["cobs"], a_pi, detach=True).min(0).values).mean()
+            q_pi = self.q(b["cobs"], a_pi, detach=True).min(0).values
+            pi_loss = (alpha * logp_pi - q_pi).mean() + self._actor_penalty(a_pi, q_pi)
             alpha_loss = -(self.log_alpha * (logp_pi.detach() + self.target_entropy)).mean()
             loss = loss + pi_loss + alpha_loss
             metrics.update({"sac/actor_loss": pi_loss.detach(), "sac/entropy": -logp_pi.detach().mean()})

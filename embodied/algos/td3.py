@@ -74,7 +74,8 @@ class TD3(OffPolicyAlgorithm):
         then the targets move by Polyak averaging on those same steps."""
         cfg = self.cfg
         b = self._sample()
-        actor_step = (self.num_updates + 1) % cfg.actor_every == 0
+        actor_step = self._actor_step()
+        delayed = (self.num_updates + 1) % cfg.actor_every == 0  # the targets' cadence (also during a burn-in)
         with torch.no_grad():
             next_mu = self.pi_target(b["next_obs"])
             eps = torch.randn(next_mu.shape, generator=self.generator, device=self.device) * cfg.target_noise
@@ -88,7 +89,7 @@ class TD3(OffPolicyAlgorithm):
             loss = loss + pi_loss
             metrics["td3/actor_loss"] = pi_loss.detach()
         self._apply(loss, actor_step)
-        if actor_step:
+        if delayed:
             self._polyak(self._qt_params, self._q_params, cfg.tau)
             self._polyak(self._pit_params, self._pi_params, cfg.tau)
         return metrics

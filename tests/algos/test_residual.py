@@ -51,6 +51,47 @@ def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
     assert not any(p.requires_grad for p in algo.combined.base.parameters())
 
 
+def test_residual_sac_starts_gently(weak_base):
+    """init_log_std sets the residual's initial std exactly; warm-up samples the residual (not uniform actions);
+    explore_ramp applies none of it at step 0; critic_burn_in trains the critic while the actor stays as built."""
+    from embodied.algos.base import BuildContext, Transition
+    from embodied.config import PolicyConfig
+    from embodied.core.registry import ALGOS
+
+    env = embodied.make_env("target", num_envs=64, seed=3)
+    obs, _ = env.reset(seed=3)
+    ctx = BuildContext(env.single_observation_space, env.single_action_space, 64, torch.device("cpu"), 0, 10_000,
+                       PolicyConfig(), base=str(weak_base))
+    cls = ALGOS.get("residual-sac")
+    algo = cls.build(cls.config_cls(scale=0.5, limit=0.5, init_log_std=-4.0, warmup_steps=128, batch_size=64,
+                                    updates_per_step=1.0, critic_burn_in=256, explore_ramp=10_000), ctx)
+    aug, _ = algo._augment(obs)
+    mean, log_std = algo.pi(aug["policy"])
+    assert torch.equal(mean, torch.zeros_like(mean)) and torch.equal(log_std, torch.full_like(log_std, -4.0))
+    action, extras = algo.act(obs)  # in warm-up, at step 0 of the ramp: the base alone
+    assert torch.equal(extras["residual"], torch.zeros_like(extras["residual"])) and torch.equal(action, extras["base"])
+    with torch.no_grad():
+        assert float(algo._warmup_action(aug["policy"]).abs().max()) < 0.1  # tanh(N(0, e^-4)): not uniform on [-1, 1]
+    actor0 = {k: v.clone() for k, v in algo.pi.named_parameters()}  # (its observation normalizer tracks data)
+    critic0 = {k: v.clone() for k, v in algo.q.state_dict().items()}
+    for _ in range(5):  # 320 env steps: past warm-up (128), inside the burn-in (128 + 256)
+        action, extras = algo.act(obs)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs, extras))
+        algo.update()
+        obs = next_obs
+    assert algo.num_updates > 0
+    assert all(torch.equal(v, dict(algo.pi.named_parameters())[k]) for k, v in actor0.items())
+    assert not all(torch.equal(v, algo.q.state_dict()[k]) for k, v in critic0.items())
+    while algo.num_observed < 128 + 256 + 64 * 2:  # past the burn-in the actor learns
+        action, extras = algo.act(obs)
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs, extras))
+        algo.update()
+        obs = next_obs
+    assert not all(torch.equal(v, dict(algo.pi.named_parameters())[k]) for k, v in actor0.items())
+
+
 @pytest.mark.parametrize("algo, budget", [("residual-ppo", ["total_steps=8000"]),
                                          ("residual-sac", ["total_steps=4000", "residual-sac.warmup_steps=500"])])
 def test_residual_improves_a_weak_base(weak_base, tmp_path, algo, budget):
