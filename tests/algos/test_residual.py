@@ -93,7 +93,8 @@ def test_residual_sac_starts_gently(weak_base):
 
 
 @pytest.mark.parametrize("algo, budget", [("residual-ppo", ["total_steps=8000"]),
-                                         ("residual-sac", ["total_steps=4000", "residual-sac.warmup_steps=500"])])
+                                         ("residual-sac", ["total_steps=4000", "residual-sac.warmup_steps=500",
+                                                          "residual-sac.critic_burn_in=0"])])
 def test_residual_improves_a_weak_base(weak_base, tmp_path, algo, budget):
     base_before = {k: v.clone() for k, v in embodied.load_policy(weak_base).state_dict().items()}
     cfg = load_config("target", None, [*QUIET, f"algo={algo}", f"base={weak_base}", *budget, f"{algo}.scale=0.3",
