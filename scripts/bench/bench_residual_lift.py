@@ -4,7 +4,7 @@
   (BC's defaults, ``--bc-steps`` gradient steps);
 - ``residual``: ``embodied train algo=residual-ppo base=BC_RUN`` for ``--steps`` env steps;
 - ``residual-sac``: ``embodied train algo=residual-sac base=BC_RUN`` (16 envs) for the same env steps;
-- ``residual-bundle``: residual-ppo over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
+- ``residual-bundle``: residual-sac over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
   ``base=BUNDLE``): the base known only as its ONNX graph;
 - ``scratch``: ``embodied train algo=ppo`` for the same env steps;
 
@@ -30,7 +30,7 @@ from _machine import emit, machine_info, run_json  # noqa: E402
 COMMON = ["log.progress=false", "log.eval_every=0", "log.checkpoint_every=0", "torch_threads=2"]
 VARIANTS = {"bc": [], "residual": ["algo=residual-ppo", "num_envs=64"],
             "residual-sac": ["algo=residual-sac", "num_envs=16"],
-            "residual-bundle": ["algo=residual-ppo", "num_envs=64"], "scratch": ["algo=ppo", "num_envs=64"]}
+            "residual-bundle": ["algo=residual-sac", "num_envs=16"], "scratch": ["algo=ppo", "num_envs=64"]}
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
