@@ -1,8 +1,9 @@
 """residual-ppo and residual-sac: a learner of a residual over a frozen base policy (``base=RUN_DIR``, any run whose
 checkpoint holds a policy: BC, PPO, SAC...; or ``base=BUNDLE``, a deploy bundle of an MLP policy). ResiP's settings:
-the residual is a policy on ``[obs, base action]`` whose mean starts at exactly zero, scaled by ``scale`` (0.1) in
+the residual is a policy on ``[obs, base action]`` whose mean starts at exactly zero, scaled by ``scale`` in
 normalized action units and bounded by ``limit``; so the deterministic combined policy acts exactly as the base at
-step 0.
+step 0. residual-ppo keeps ResiP's 0.1; residual-sac defaults to 0.5, the bound a BC base's large errors need
+(``ResidualSACConfig``), with a start that keeps so large a residual from wrecking the base early.
 
 The learner sees the MDP of ``([obs, base action], residual)`` (the base action is a function of the observation,
 so this is the task's MDP seen through the base): its rollouts or replay store the residual as the action; the env
