@@ -135,14 +135,15 @@ class Residual:
         algo._attach(base, act_dim)
         return algo
 
+    def _last_layer(self) -> nn.Linear:
+        """The residual network's output layer (its mean rows first; a squashed actor's log-std rows after them)."""
+        return [m for m in self.pi.net.modules() if isinstance(m, nn.Linear)][-1]
+
     def _attach(self, base: dict, act_dim: int) -> None:
-        last = [m for m in self.pi.net.modules() if isinstance(m, nn.Linear)][-1]
+        last = self._last_layer()
         with torch.no_grad():  # the residual's mean starts at exactly zero (a squashed actor's log-std rows stay)
             last.weight[:act_dim].zero_()
             last.bias[:act_dim].zero_()
-            if getattr(self.cfg, "init_log_std", None) is not None and last.out_features == 2 * act_dim:
-                last.weight[act_dim:].zero_()
-                last.bias[act_dim:].fill_(self.cfg.init_log_std)
         self.combined = ResidualActor(base["spec"], policy_spec(self.pi), self.cfg.scale, self.cfg.limit)
         self.combined.base.load_state_dict(base["state"])
         self.combined.residual = self.pi  # one module: what the learner trains is what the combined policy runs
@@ -185,6 +186,14 @@ class ResidualPPO(Residual, PPO):
 class ResidualSAC(Residual, SAC):
     name, config_cls = "residual-sac", ResidualSACConfig
     critic_reads_base = True
+
+    def _attach(self, base: dict, act_dim: int) -> None:
+        super()._attach(base, act_dim)
+        if self.cfg.init_log_std is not None:  # the squashed actor's log-std rows: zero weights, this bias
+            last = self._last_layer()
+            with torch.no_grad():
+                last.weight[act_dim:].zero_()
+                last.bias[act_dim:].fill_(self.cfg.init_log_std)
 
     def _warmup_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The residual's own samples (zero mean at first), not uniform ones: a uniform residual of +-scale is an

@@ -53,7 +53,8 @@ def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
 
 def test_residual_sac_starts_gently(weak_base):
     """init_log_std sets the residual's initial std exactly; warm-up samples the residual (not uniform actions);
-    explore_ramp applies none of it at step 0; critic_burn_in trains the critic while the actor stays as built."""
+    explore_ramp applies none of it at step 0; the residual penalty's exact value; critic_burn_in trains the critic
+    while the actor stays as built."""
     from embodied.algos.base import BuildContext, Transition
     from embodied.config import PolicyConfig
     from embodied.core.registry import ALGOS
@@ -72,23 +73,26 @@ def test_residual_sac_starts_gently(weak_base):
     assert torch.equal(extras["residual"], torch.zeros_like(extras["residual"])) and torch.equal(action, extras["base"])
     with torch.no_grad():
         assert float(algo._warmup_action(aug["policy"]).abs().max()) < 0.1  # tanh(N(0, e^-4)): not uniform on [-1, 1]
+    # the trust region's term: residual_penalty (0.2) * mean|Q| * mean(r^2) = 0.2 * 3 * (0.25 + 0 + 1 + 0) / 4
+    penalty = algo._actor_penalty(torch.tensor([[0.5, 0.0], [1.0, 0.0]]), torch.tensor([-2.0, 4.0]))
+    assert float(penalty) == pytest.approx(0.2 * 3.0 * 1.25 / 4, abs=1e-7)
     actor0 = {k: v.clone() for k, v in algo.pi.named_parameters()}  # (its observation normalizer tracks data)
     critic0 = {k: v.clone() for k, v in algo.q.state_dict().items()}
-    for _ in range(5):  # 320 env steps: past warm-up (128), inside the burn-in (128 + 256)
-        action, extras = algo.act(obs)
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs, extras))
-        algo.update()
-        obs = next_obs
+
+    def run_until(steps: int) -> None:
+        nonlocal obs
+        while algo.num_observed < steps:
+            action, extras = algo.act(obs)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs, extras))
+            algo.update()
+            obs = next_obs
+
+    run_until(320)  # past warm-up (128), inside the burn-in (128 + 256)
     assert algo.num_updates > 0
     assert all(torch.equal(v, dict(algo.pi.named_parameters())[k]) for k, v in actor0.items())
     assert not all(torch.equal(v, algo.q.state_dict()[k]) for k, v in critic0.items())
-    while algo.num_observed < 128 + 256 + 64 * 2:  # past the burn-in the actor learns
-        action, extras = algo.act(obs)
-        next_obs, reward, terminated, truncated, _ = env.step(action)
-        algo.observe(Transition(obs, action, reward, terminated, truncated, next_obs, extras))
-        algo.update()
-        obs = next_obs
+    run_until(128 + 256 + 64 * 2)  # past the burn-in the actor learns
     assert not all(torch.equal(v, dict(algo.pi.named_parameters())[k]) for k, v in actor0.items())
 
 
