@@ -107,7 +107,8 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     import onnx
 
     from embodied.hardware.onnx_export import program_to_onnx
-    from embodied.policies.export import chunk_spec, fold, program, residual_op
+    from embodied.policies.export import chunk_spec, fold, program, residual_op, residual_program
+    from embodied.policies.residual import ResidualActor
     from embodied.provenance import code_commit, versions
 
     _check_format(fmt)
@@ -120,22 +121,47 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     if text is not None:  # a language-conditioned policy: ONNX with the instruction as its own input
         return _write_instruction_bundle(actor, layout, np.ascontiguousarray(obs, np.float32), out, fmt, task,
                                          source, text)
-    ops, obs_dim = program(actor)
+    obs = np.ascontiguousarray(obs, np.float32)
+    np.save(out / "observations.npy", obs)
+    x = torch.from_numpy(obs)
+    parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL}
+    files = ["policy.onnx", "observations.npy"]
+    doc = f"embodied policy of {task}"
+    base = None
+    if isinstance(actor, ResidualActor) and chunk_spec(actor.base) is not None:
+        # a residual over an action-chunked base is two programs: base.onnx gives the base's chunk, the runner's
+        # queue picks its action b, policy.onnx maps [obs, b] to the action (parity on b = each chunk's first)
+        base_ops, obs_dim = program(actor.base)
+        onnx.save(program_to_onnx(fold(base_ops), obs_dim, doc=f"{doc}: the base's chunk"), str(out / "base.onnx"))
+        chunks = actor.base.chunk(x).reshape(obs.shape[0], -1)
+        base_out = _session(out / "base.onnx").run(None, {"obs": obs})[0]
+        parity["base_torch_vs_onnxruntime"] = float(np.abs(base_out - chunks.numpy()).max())
+        b = chunks[:, :layout.action_size]
+        ref = actor.combine(b, actor.residual.act(torch.cat([x, b], 1))).numpy()
+        ops, in_dim = residual_program(actor)
+        onnx.save(program_to_onnx(fold(ops), in_dim, doc=doc, input_name="obs_base"), str(out / "policy.onnx"))
+        onnx_out = _session(out / "policy.onnx").run(None, {"obs_base": torch.cat([x, b], 1).numpy()})[0]
+        base = {"file": "base.onnx", "input": "obs", "output": "chunk", "chunk": chunk_spec(actor.base),
+                "ops": [op.kind for op in base_ops]}
+        files.append("base.onnx")
+        chunk = None  # policy.onnx gives one action; the base's chunk is queued
+    else:
+        ops, obs_dim = program(actor)
+        chunk = chunk_spec(actor)  # an action-chunked policy: the program gives the chunk, the runner keeps the queue
+        ref = actor.chunk(x).reshape(obs.shape[0], -1).numpy() if chunk else actor.act(x).numpy()
+        onnx.save(program_to_onnx(fold(ops), obs_dim, doc=doc), str(out / "policy.onnx"))
+        onnx_out = _session(out / "policy.onnx").run(None, {"obs": obs})[0]
+    parity["torch_vs_onnxruntime"] = float(np.abs(onnx_out - ref).max())
     # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
     op = residual_op(ops)
     residual = {"scale": float(op.attrs["scale"]), "limit": float(op.attrs["limit"])} if op is not None else None
-    chunk = chunk_spec(actor)  # an action-chunked policy: the program gives the chunk, the runner keeps the queue
-    obs = np.ascontiguousarray(obs, np.float32)
-    np.save(out / "observations.npy", obs)
-    ref = actor.chunk(torch.from_numpy(obs)).reshape(obs.shape[0], -1).numpy() if chunk else \
-        actor.act(torch.from_numpy(obs)).numpy()
-    onnx.save(program_to_onnx(fold(ops), obs_dim, doc=f"embodied policy of {task}"), str(out / "policy.onnx"))
-    onnx_out = _session(out / "policy.onnx").run(None, {"obs": obs})[0]
-    parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL,
-              "torch_vs_onnxruntime": float(np.abs(onnx_out - ref).max())}
-    files = ["policy.onnx", "observations.npy"]
     c_info = None
-    if layout.images("policy"):
+    if base is not None:
+        if fmt == "c":
+            raise UserError("a residual over an action-chunked base exports to ONNX only (--format onnx): the C "
+                            "emitter writes one program")
+        c_info = {"skipped": "residual over an action-chunked base: ONNX only"}
+    elif layout.images("policy"):
         if fmt == "c":
             raise UserError("policies with camera images export to ONNX only (--format onnx); the C emitter "
                             "and the serial firmware carry state vectors")
@@ -164,10 +190,10 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     (out / "parity.json").write_text(json.dumps(parity, indent=1))
     meta = {
         "format": FORMAT, "task": task, "layout": layout.to_dict(),
-        "policy": {"input": "obs", "output": "action", "obs_dim": obs_dim, "act_dim": layout.action_size,
-                   "actor": type(actor).__name__, "ops": [op.kind for op in ops],
+        "policy": {"input": "obs_base" if base else "obs", "output": "action", "obs_dim": obs_dim,
+                   "act_dim": layout.action_size, "actor": type(actor).__name__, "ops": [op.kind for op in ops],
                    **({"residual": {"output": "base_action", **residual}} if residual else {}),
-                   **({"chunk": chunk} if chunk else {})},
+                   **({"chunk": chunk} if chunk else {}), **({"base": base} if base else {})},
         "run": source,
         "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
                      **versions("torch", "onnx", "onnxruntime")},
@@ -341,12 +367,16 @@ class PolicyRunner:
         if self.instruction_dim and backend != "onnx":
             raise UserError(f"bundle {meta['dir']} is instruction-conditioned: it runs on onnx only")
         self.state_dim = self.layout.robot_size("policy")
-        self._obs = np.zeros((1, self.obs_dim), np.float32)
+        # a residual over an action-chunked base: base.onnx gives the base's chunk, its queue the base's action b,
+        # policy.onnx reads [obs, b] (``_input``; the observation a view of its first part)
+        self.base = meta["policy"].get("base")
+        self._input = np.zeros((1, self.obs_dim + (self.act_dim if self.base else 0)), np.float32)
+        self._obs = self._input[:, :self.obs_dim]
         residual = meta["policy"].get("residual")
         self.residual_limit = float(residual["limit"]) if residual else None
         self.base_action = np.zeros(self.act_dim, np.float32) if residual else None
-        # an action-chunked policy: each run gives ``horizon`` actions, ``act`` executes ``execute`` of them
-        chunk = meta["policy"].get("chunk") or {}
+        # an action-chunked policy (or base): each run gives ``horizon`` actions, ``act`` executes ``execute`` of them
+        chunk = (self.base or meta["policy"]).get("chunk") or {}
         self.horizon, self.execute = int(chunk.get("horizon", 1)), int(chunk.get("execute", 1))
         self._queue = np.zeros((self.horizon, self.act_dim), np.float32) if chunk else None
         self._next = self.execute
@@ -381,19 +411,16 @@ class PolicyRunner:
                        for sl, _ in self._history]
         if backend == "onnx":
             self.session = _session(meta["dir"] / "policy.onnx")
-            # InferenceSession.run checks its arguments and then calls _sess.run; the runner's arguments are
-            # fixed and checked here once (the public call where a future onnxruntime lacks the attribute)
-            sess = getattr(self.session, "_sess", None)
-            if sess is not None and hasattr(sess, "run"):
-                import onnxruntime as ort
-
-                self._run, self._run_args = sess.run, (outputs, None, ort.RunOptions())
-            else:
-                self._run, self._run_args = self.session.run, (outputs, None)
-            feeds = {"obs": self._obs, "instruction": self._instruction} if self.instruction_dim else {"obs": self._obs}
-            self._run_args = (self._run_args[0], feeds, *self._run_args[2:])
+            feeds = {"obs_base": self._input} if self.base else \
+                {"obs": self._obs, "instruction": self._instruction} if self.instruction_dim else {"obs": self._obs}
+            self._run = _fast_run(self.session, outputs, feeds)
+            if self.base:
+                self.base_session = _session(meta["dir"] / self.base["file"])
+                self._run_base = _fast_run(self.base_session, ["action"], {"obs": self._obs})
             self.c = None
         elif backend == "c":
+            if self.base:
+                raise UserError(f"bundle {meta['dir']} is a residual over an action-chunked base: it runs on onnx only")
             if "policy.c" not in meta["files"]:
                 raise UserError(f"bundle {meta['dir']} has no C source; export it with --format c or all")
             self.c = CPolicy.build(meta["dir"])
@@ -434,6 +461,9 @@ class PolicyRunner:
         obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
         if self.c is not None:
             return self.c.forward(obs)
+        if self.base:  # the base's action: the first of a chunk predicted now
+            b = self.base_session.run(None, {"obs": obs})[0][:, :self.act_dim]
+            return self.session.run(None, {"obs_base": np.concatenate([obs, b], 1)})[0]
         if self.instruction_dim:
             inst = np.broadcast_to(self._instruction if instruction is None else instruction,
                                    (obs.shape[0], self.instruction_dim))
@@ -454,27 +484,51 @@ class PolicyRunner:
         else:
             for dst, src in self._robot:
                 np.copyto(dst, state[src])
-        if self._queue is None:
-            out = self._run(*self._run_args)
+        if self.base:  # the base's action from its chunk queue, then the residual on [obs, b]
+            self._input[0, self.obs_dim:] = self._queued(self._run_base)
+            out = self._run()
             a = out[0][0]
-        elif self.ensemble is not None:  # every step: this step's predictions of the kept chunks, weighted by age
-            self._past[1:] = self._past[:-1].copy()
-            self._past[0].reshape(-1)[:] = self._run(*self._run_args)[0][0]
-            self._valid = min(self._valid + 1, self.horizon)
-            k, w = self._ages[:self._valid], self._weights[:self._valid]
-            a = (w[:, None] * self._past[k, k]).sum(0) / w.sum()
-        else:  # a chunk: run the network only when the executed part of the last chunk is spent
-            if self._next >= self.execute:
-                self._queue.reshape(-1)[:] = self._run(*self._run_args)[0][0]
-                self._next = 0
-            a = self._queue[self._next].copy()
-            self._next += 1
+        elif self._queue is None:
+            out = self._run()
+            a = out[0][0]
+        else:
+            a = self._queued(self._run)
         if self.base_action is not None:
             np.copyto(self.base_action, out[1][0])
         for older, newer, last in self._shift:  # the history holds the commanded action clipped to [-1, 1]
             np.copyto(older, newer)  # overlapping: numpy copies as if through a temporary
             _clip(a, _LO, _HI, out=last)
         return a
+
+
+    def _queued(self, run) -> np.ndarray:
+        """The action of a chunked program (``run()``'s first output is a chunk) from the queue."""
+        if self.ensemble is not None:  # every step: this step's predictions of the kept chunks, weighted by age
+            self._past[1:] = self._past[:-1].copy()
+            self._past[0].reshape(-1)[:] = run()[0][0]
+            self._valid = min(self._valid + 1, self.horizon)
+            k, w = self._ages[:self._valid], self._weights[:self._valid]
+            return (w[:, None] * self._past[k, k]).sum(0) / w.sum()
+        if self._next >= self.execute:  # run the network only when the executed part of the last chunk is spent
+            self._queue.reshape(-1)[:] = run()[0][0]
+            self._next = 0
+        a = self._queue[self._next].copy()
+        self._next += 1
+        return a
+
+
+def _fast_run(session, outputs: list[str], feeds: dict):
+    """``run()`` of an onnxruntime session on fixed output names and input buffers. InferenceSession.run checks its
+    arguments and then calls ``_sess.run``; the runner's arguments are fixed and checked here once (the public call
+    where a future onnxruntime lacks the attribute)."""
+    import functools
+
+    sess = getattr(session, "_sess", None)
+    if sess is not None and hasattr(sess, "run"):
+        import onnxruntime as ort
+
+        return functools.partial(sess.run, outputs, feeds, ort.RunOptions())
+    return functools.partial(session.run, outputs, feeds)
 
 
 def load_bundle(path, backend: str = "onnx") -> PolicyRunner:

@@ -1,7 +1,8 @@
 """A folded policy program (``embodied.policies.export``) written as an ONNX graph of standard ops
 (Gemm, Relu, Tanh, Elu, Clip, Sub, Div, Slice; Identity, Concat, Mul, Add for a residual over a base), input
-``obs [batch, obs_dim]``, output ``action`` (and ``base_action``, the base's action, for a residual over a base).
-Built with ``onnx.helper`` directly: the graph is exactly the program, with nothing a tracer adds."""
+``obs [batch, obs_dim]`` (``input_name``: a residual's second program reads ``obs_base``, the observation then the
+base's action), output ``action`` (and ``base_action``, the base's action, for a residual over a base). Built
+with ``onnx.helper`` directly: the graph is exactly the program, with nothing a tracer adds."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from embodied.policies.export import Op, residual_op
 OPSET = 17
 
 
-def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelProto:
+def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "", input_name: str = "obs") -> onnx.ModelProto:
     nodes, inits = [], []
-    x = "obs"
+    x = input_name
 
     def const(name: str, value: np.ndarray) -> str:
         inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
@@ -76,6 +77,8 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
             nodes.append(helper.make_node("Identity", [x], [y]))
         elif op.kind == "concat_saved":
             nodes.append(helper.make_node("Concat", [saved[int(op.attrs["index"])], x], [y], axis=1))
+        elif op.kind == "load_saved":
+            nodes.append(helper.make_node("Identity", [saved[int(op.attrs["index"])]], [y]))
         elif op.kind == "add_saved":
             nodes.append(helper.make_node("Add", [saved[int(op.attrs["index"])], x], [y]))
         elif op.kind == "residual_add":
@@ -95,7 +98,7 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "") -> onnx.ModelPro
         nodes.append(helper.make_node("Identity", [saved[int(residual.attrs["index"])]], ["base_action"]))
         outputs.append(helper.make_tensor_value_info("base_action", TensorProto.FLOAT, ["batch", dim]))
     graph = helper.make_graph(
-        nodes, "policy", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])], outputs,
+        nodes, "policy", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", obs_dim])], outputs,
         inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="embodied",
                               doc_string=doc)

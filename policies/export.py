@@ -18,6 +18,7 @@ Ops, applied in order to a vector ``x``:
                    (the CNN encoder of an image term, ``ImageSplit``)
     save           y = x, and x kept as saved[k] (k counts the saves)   a composite policy (a residual over a base)
     concat_saved   y = [saved[index], x]                                  (size: saved[index]'s length)
+    load_saved     y = saved[index]                                       (size: its length)
     residual_add   y = clip(saved[index] + clip(scale x, -limit, limit), -1, 1)
     add_saved      y = saved[index] + x                                   (a flow head's Euler step)
 """
@@ -67,6 +68,8 @@ class Op:
             return a["fcW"].shape[0] + in_dim - (int(self.attrs["stop"]) - int(self.attrs["start"]))
         if self.kind == "concat_saved":
             return int(self.attrs["size"]) + in_dim
+        if self.kind == "load_saved":
+            return int(self.attrs["size"])
         return in_dim
 
 
@@ -110,12 +113,12 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
         return list(actor.ops), int(actor.init_kwargs["obs_dim"])
     if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual
         if chunk_spec(actor.base) is not None:
-            raise UserError("export has no program for a residual over an action-chunked base (the base's chunk "
-                            "queue sits between the two networks); export the base alone")
+            raise UserError("a residual over an action-chunked base is two programs (the base's chunk queue sits "
+                            "between the networks): base_program and residual_program")
         base, obs_dim = program(actor.base)
         residual, _ = program(actor.residual)
         return [Op("save"), *base, Op("save"), Op("concat_saved", attrs={"index": 0, "size": obs_dim}), *residual,
-                Op("residual_add", attrs={"index": 1, "scale": actor.scale, "limit": actor.limit})], obs_dim
+                _residual_add(actor)], obs_dim
     ops: list[Op] = []
     norm = actor.normalizer
     if isinstance(norm, EmpiricalNormalizer):
@@ -144,6 +147,21 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     else:
         raise UserError(f"export has no program for a {type(actor).__name__}")
     return ops, int(actor.init_kwargs["obs_dim"])
+
+
+def _residual_add(actor: ResidualActor) -> Op:
+    return Op("residual_add", attrs={"index": 1, "scale": actor.scale, "limit": actor.limit})
+
+
+def residual_program(actor: ResidualActor) -> tuple[list[Op], int]:
+    """The second of a residual's two programs where its base is action-chunked (the base's own program gives the
+    chunk and a runner's queue picks the action ``b``): ``[obs, b] -> clip(b + clip(scale r, -limit, limit), -1,
+    1)`` with ``r`` the residual on ``[obs, b]``, and its input size (``obs_dim + act_dim``)."""
+    residual, in_dim = program(actor.residual)
+    act_dim = int(actor.residual.init_kwargs["act_dim"])
+    obs_dim = in_dim - act_dim
+    return [Op("save"), Op("slice", attrs={"start": obs_dim, "stop": in_dim}), Op("save"),
+            Op("load_saved", attrs={"index": 0, "size": in_dim}), *residual, _residual_add(actor)], in_dim
 
 
 def _flow_ops(actor: FlowChunkActor) -> list[Op]:
@@ -245,6 +263,8 @@ class ProgramModule(nn.Module):
                 saved.append(x)
             elif kind == "concat_saved":
                 x = torch.cat([saved[int(attrs["index"])], x], -1)
+            elif kind == "load_saved":
+                x = saved[int(attrs["index"])]
             elif kind == "add_saved":
                 x = saved[int(attrs["index"])] + x
             elif kind == "residual_add":
@@ -326,6 +346,8 @@ def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:
             saved.append(x)
         elif k == "concat_saved":
             x = np.concatenate([saved[int(op.attrs["index"])], x], 1)
+        elif k == "load_saved":
+            x = saved[int(op.attrs["index"])]
         elif k == "add_saved":
             x = saved[int(op.attrs["index"])] + x
         elif k == "residual_add":

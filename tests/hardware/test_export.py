@@ -251,6 +251,17 @@ def test_residual_program_ops_exact_values():
     assert np.allclose(out, expected, atol=1e-6)
     with pytest.raises(UserError, match="Identity"):  # a composite graph is not a base program: one clear error
         program_from_onnx(onnx.load_from_string(model.SerializeToString()))
+    # the second program of a residual over a chunked base reads [x0, b] (b given): load_saved brings [x0, b] back
+    # after b is saved; r = 10 * (x0 + b), the same action as above for x0 = x[:, 0], b = x0 - x1
+    staged = [Op("save"), Op("slice", attrs={"start": 1, "stop": 2}), Op("save"),
+              Op("load_saved", attrs={"index": 0, "size": 2}),
+              Op("dense", {"W": np.array([[10.0, 10.0]], np.float32), "b": np.zeros(1, np.float32)}), ops[-1]]
+    xb = np.stack([x[:, 0], x[:, 0] - x[:, 1]], 1)
+    assert np.allclose(run_numpy(staged, xb), expected, atol=1e-6)
+    assert np.allclose(ProgramModule(staged)(torch.from_numpy(xb)).detach().numpy(), expected, atol=1e-6)
+    model = program_to_onnx(staged, 2, input_name="obs_base")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert np.allclose(sess.run(None, {"obs_base": xb})[0], expected, atol=1e-6)
 
 
 def _fly_beside(actor, runners, steps: int, new_episode_at: int) -> None:
@@ -307,3 +318,57 @@ def test_chunked_policy_exports_and_runs_its_queue(tmp_path):
     for t in range(5):
         obs = torch.randn(3, 7)
         assert torch.allclose(base.act(obs), actor.act(obs), atol=TOL), t
+
+
+def test_residual_over_a_chunked_base_exports_as_two_programs(tmp_path):
+    """A residual over an action-chunked base: base.onnx gives the base's chunk, the runner's queue picks its action
+    b, policy.onnx maps [obs, b] to the action. Parity of both programs; the runner acts as the torch policy step
+    by step (queue, history, a new episode) and reports the base's action for the safety filter; ONNX only."""
+    from embodied.core.layout import ActionTerm
+    from embodied.hardware.bundle import write_bundle
+    from embodied.policies import ChunkedActor, ResidualActor
+    from embodied.policies.actor_critic import policy_spec
+
+    torch.manual_seed(1)
+    base = ChunkedActor(3 + 4, 2, [16], horizon=4, execute=3, obs_normalization=True)
+    base.normalizer.update(torch.randn(64, 7) * 2 + 0.5)
+    residual = SquashedGaussianActor(7 + 2, 2, [16], obs_normalization=True)
+    residual.normalizer.update(torch.randn(64, 9))
+    actor = ResidualActor(policy_spec(base), policy_spec(residual), scale=0.5, limit=0.3)
+    actor.base.load_state_dict(base.state_dict())
+    actor.residual.load_state_dict(residual.state_dict())
+    layout = Layout({"policy": (Term("x", 3), Term("prev", 4, source="history", history_len=2, history_init=0.1))},
+                    (ActionTerm("u", 2),), 10.0)
+    x = torch.randn(32, 7)
+    meta = write_bundle(actor, layout, x.numpy(), tmp_path / "b", "all")
+    assert meta["parity"]["passed"] and meta["parity"]["base_torch_vs_onnxruntime"] <= TOL
+    assert meta["policy"]["base"]["chunk"] == {"horizon": 4, "execute": 3} and "chunk" not in meta["policy"]
+    assert meta["policy"]["residual"] == {"output": "base_action", "scale": 0.5, "limit": 0.3}
+    assert "skipped" in meta["c"] and "base.onnx" in meta["files"]
+    runner = load_bundle(tmp_path / "b")
+    # forward: the base's first action of a fresh chunk, then the residual
+    with torch.no_grad():
+        b = base.chunk(x)[:, 0]
+        ref = actor.combine(b, actor.residual.act(torch.cat([x, b], 1)))
+    assert np.abs(runner.forward(x.numpy()) - ref.numpy()).max() <= TOL
+    assert (ref - b).abs().max() > 0.05  # the residual moves the action: the test sees both programs
+
+    class Beside:  # the runner's base action against the torch base's, every step
+        backend = "onnx"
+
+        def reset(self):
+            runner.reset()
+
+        def act(self, state):
+            a = runner.act(state)
+            assert np.abs(runner.base_action - base_seen[-1]).max() <= TOL
+            return a
+
+    base_seen = []
+    combine = actor.combine
+    actor.combine = lambda b, r: (base_seen.append(b[0].numpy().copy()), combine(b, r))[1]
+    _fly_beside(actor, [Beside()], steps=11, new_episode_at=7)
+    with pytest.raises(UserError, match="ONNX only"):
+        write_bundle(actor, layout, x.numpy(), tmp_path / "c", "c")
+    with pytest.raises(UserError, match="onnx only"):
+        load_bundle(tmp_path / "b", "c")
