@@ -156,12 +156,7 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     op = residual_op(ops)
     residual = {"scale": float(op.attrs["scale"]), "limit": float(op.attrs["limit"])} if op is not None else None
     c_info = None
-    if base is not None:
-        if fmt == "c":
-            raise UserError("a residual over an action-chunked base exports to ONNX only (--format onnx): the C "
-                            "emitter writes one program")
-        c_info = {"skipped": "residual over an action-chunked base: ONNX only"}
-    elif layout.images("policy"):
+    if layout.images("policy"):
         if fmt == "c":
             raise UserError("policies with camera images export to ONNX only (--format onnx); the C emitter "
                             "and the serial firmware carry state vectors")
@@ -176,7 +171,8 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
             raise UserError(f"the firmware's serial frames carry at most {protocol.MAX_PAYLOAD // 4} floats; this "
                             f"policy's state or action needs {widest // 4} (export --format onnx)")
 
-        header, source_c = emit_c(ops, obs_dim, layout, chunk=chunk)
+        header, source_c = emit_c(ops, obs_dim, layout, chunk=chunk,
+                                  base={"ops": base_ops, "chunk": base["chunk"]} if base else None)
         (out / "policy.h").write_text(header)
         (out / "policy.c").write_text(source_c)
         (out / "firmware.c").write_text(firmware_source(layout))
@@ -419,8 +415,6 @@ class PolicyRunner:
                 self._run_base = _fast_run(self.base_session, ["action"], {"obs": self._obs})
             self.c = None
         elif backend == "c":
-            if self.base:
-                raise UserError(f"bundle {meta['dir']} is a residual over an action-chunked base: it runs on onnx only")
             if "policy.c" not in meta["files"]:
                 raise UserError(f"bundle {meta['dir']} has no C source; export it with --format c or all")
             self.c = CPolicy.build(meta["dir"])

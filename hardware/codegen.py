@@ -74,7 +74,8 @@ def _accumulate(y: str, wt: str, xs: str, n: int, out: int) -> str:
 
 
 class _Emitter:
-    def __init__(self, obs_dim: int):
+    def __init__(self, obs_dim: int, tag: str = ""):
+        self.tag = tag  # prefixes its constants and saved buffers (two programs in one source)
         self.decls: list[str] = []
         self.body: list[str] = []
         self.dims = [obs_dim]
@@ -87,7 +88,7 @@ class _Emitter:
     def op(self, i: int, op: Op, x: str, y: str) -> None:
         a, n, b = op.arrays, self.dims[-1], self.body
         out = op.out_dim(n)
-        p = f"L{i}_"
+        p = f"{self.tag}L{i}_"
         if op.kind == "normalize":
             self.const(p + "MEAN", "float", a["mean"])
             self.const(p + "STD", "float", a["std"])
@@ -110,7 +111,7 @@ class _Emitter:
             s0 = int(op.attrs["start"])
             b.append(f"for (i = 0; i < {out}; ++i) {y}[i] = {x}[i + {s0}];")
         elif op.kind == "save":  # a composite policy keeps a value for later ops (saved[k])
-            name = f"saved{len(self.saved)}"
+            name = f"{self.tag}saved{len(self.saved)}"
             self.decls.append(f"static float {name}[{n}];")
             self.saved.append((name, n))
             b.append(f"for (i = 0; i < {n}; ++i) {{ {name}[i] = {x}[i]; {y}[i] = {x}[i]; }}")
@@ -118,6 +119,9 @@ class _Emitter:
             name, m = self.saved[int(op.attrs["index"])]
             b.append(f"for (i = 0; i < {n}; ++i) {y}[{m} + i] = {x}[i];\n"
                      f"for (i = 0; i < {m}; ++i) {y}[i] = {name}[i];")
+        elif op.kind == "load_saved":
+            name, m = self.saved[int(op.attrs["index"])]
+            b.append(f"for (i = 0; i < {m}; ++i) {y}[i] = {name}[i];")
         elif op.kind == "add_saved":
             name, _ = self.saved[int(op.attrs["index"])]
             b.append(f"for (i = 0; i < {n}; ++i) {y}[i] = {name}[i] + {x}[i];")
@@ -179,23 +183,48 @@ def _check_signs(ops: list[Op]) -> None:
 
 
 def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
-           chunk: dict | None = None) -> tuple[str, str]:
+           chunk: dict | None = None, base: dict | None = None) -> tuple[str, str]:
     """``(header, source)`` of the program with the layout's action-history bookkeeping. With ``chunk``
     (``{"horizon": H, "execute": k}``, ``export.chunk_spec``) the program outputs ``H`` actions: ``forward`` writes
-    them all and ``step`` keeps the queue, running the network every ``k``-th call."""
+    them all and ``step`` keeps the queue, running the network every ``k``-th call.
+
+    With ``base`` (``{"ops": ..., "chunk": ...}``: an action-chunked base under a residual, ``ops`` then the
+    residual's program on ``[obs, b]``, ``export.residual_program``) the base's program is a static function whose
+    chunks ``step`` queues (``chunk`` is the base's); its action ``b`` and the observation go into ``ops``;
+    ``forward`` takes ``b`` from a chunk predicted on the spot (its first action)."""
     _check_signs(ops)
-    e = _Emitter(obs_dim)
+    act_in = layout.action_size if base else 0  # the residual stage reads the base's action after the observation
+    e = _Emitter(obs_dim + act_in)
     bufs = ("buf_a", "buf_b")
     for i, op in enumerate(ops):
         e.op(i, op, "x" if i == 0 else bufs[(i - 1) % 2], bufs[i % 2])
     width = max(e.dims)
     out_dim = e.dims[-1]
+    last = bufs[(len(ops) - 1) % 2]
+    q_dim, stage_def = out_dim, ""  # q_dim: a chunk's size, the queue's width
+    if base:
+        _check_signs(base["ops"])
+        be = _Emitter(obs_dim, tag="BASE_")
+        for i, op in enumerate(base["ops"]):
+            be.op(i, op, "x" if i == 0 else bufs[(i - 1) % 2], bufs[i % 2])
+        e.decls += be.decls
+        if hasattr(be, "gx"):
+            e.gx = max(getattr(e, "gx", 0), be.gx)
+        width, q_dim, chunk = max(width, *be.dims), be.dims[-1], base["chunk"]
+        nl = "\n    "
+        stage_def = (f"static void base_chunk(const float *x, float *out) {{\n    int i, o, g, h;\n"
+                     f"    (void)g; (void)h; (void)o;\n"
+                     f"    {nl.join(line.replace(chr(10), nl) for line in be.body)}\n"
+                     f"    for (i = 0; i < {q_dim}; ++i) out[i] = {bufs[(len(base['ops']) - 1) % 2]}[i];\n}}\n")
     horizon, execute = (int(chunk["horizon"]), int(chunk["execute"])) if chunk else (1, 1)
-    act_dim = out_dim // horizon
-    if act_dim * horizon != out_dim or act_dim != layout.action_size or obs_dim != layout.group_size("policy"):
+    act_dim = q_dim // horizon
+    if act_dim * horizon != q_dim or act_dim != layout.action_size or obs_dim != layout.group_size("policy") or \
+            (base and out_dim != act_dim):
         raise UserError(f"the policy maps {obs_dim} -> {out_dim} ({horizon} action(s)), the layout says "
                         f"{layout.group_size('policy')} -> {layout.action_size}")
-    last = bufs[(len(ops) - 1) % 2]
+    # the chunked program, and where step puts the action it queues: the action, or the base's action after the
+    # observation (then the residual stage)
+    chunk_fn, dst = ("base_chunk", f"(obs + {obs_dim})") if base else (f"{prefix}_forward", "action")
     residual = residual_op(ops)
     base_decl = base_def = ""
     if residual is not None:  # a residual over a base: its base's last action, which the safety filter bounds against
@@ -210,29 +239,35 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
                       f"of them before it looks again */\n#define {P}_CHUNK {horizon}\n#define {P}_EXECUTE {execute}\n")
         chunk_reset_doc = " and the chunk queue"
         forward_doc = f"{horizon} actions of {act_dim} floats in [-1, 1], in order ({out_dim} floats)"
+        if base:
+            chunk_defs = (f"/* a residual over an action-chunked base: each base chunk holds {horizon} actions, step "
+                          f"executes {execute} of them before it looks again */\n#define {P}_CHUNK {horizon}\n"
+                          f"#define {P}_EXECUTE {execute}\n")
+            forward_doc = (f"action ({act_dim} floats in [-1, 1]; the base's action from a chunk predicted on this "
+                           "observation)")
         step_doc = f"; runs the network every {execute}-th call (or after a reset)"
-        query = (f"if (chunk_next >= {P}_EXECUTE) {{\n        {prefix}_forward(obs, chunk_q);\n"
+        query = (f"if (chunk_next >= {P}_EXECUTE) {{\n        {chunk_fn}(obs, chunk_q);\n"
                  f"        chunk_next = 0;\n    }}\n"
-                 f"    for (i = 0; i < {act_dim}; ++i) action[i] = chunk_q[chunk_next * {act_dim} + i];\n"
+                 f"    for (i = 0; i < {act_dim}; ++i) {dst}[i] = chunk_q[chunk_next * {act_dim} + i];\n"
                  f"    ++chunk_next;")
-        chunk_state = f"static float chunk_q[{out_dim}];\nstatic int chunk_next = {execute};\n"
+        chunk_state = f"static float chunk_q[{q_dim}];\nstatic int chunk_next = {execute};\n"
         chunk_reset = f"\n    chunk_next = {P}_EXECUTE;"
         if chunk.get("ensemble") is not None:  # temporal ensembling: every step, the kept chunks weighted by age
             w = np.exp(float(chunk["ensemble"]) * np.arange(horizon, dtype=np.float32)).astype(np.float32)
             step_doc = "; runs the network every call and averages the last chunks' predictions (ACT's ensembling)"
             chunk_state = (f"static const float CHUNK_W[{horizon}] = {_floats(w)};\n"
-                           f"static float chunk_past[{horizon * out_dim}];\nstatic int chunk_valid = 0;\n")
+                           f"static float chunk_past[{horizon * q_dim}];\nstatic int chunk_valid = 0;\n")
             chunk_reset = "\n    chunk_valid = 0;"
             query = (f"{{\n        int j;\n        float wsum = 0.0f;\n"
-                     f"        for (i = {horizon * out_dim - 1}; i >= {out_dim}; --i)\n"
-                     f"            chunk_past[i] = chunk_past[i - {out_dim}];\n"
-                     f"        {prefix}_forward(obs, chunk_past);\n"
+                     f"        for (i = {horizon * q_dim - 1}; i >= {q_dim}; --i)\n"
+                     f"            chunk_past[i] = chunk_past[i - {q_dim}];\n"
+                     f"        {chunk_fn}(obs, chunk_past);\n"
                      f"        if (chunk_valid < {horizon}) ++chunk_valid;\n"
-                     f"        for (i = 0; i < {act_dim}; ++i) action[i] = 0.0f;\n"
+                     f"        for (i = 0; i < {act_dim}; ++i) {dst}[i] = 0.0f;\n"
                      f"        for (j = 0; j < chunk_valid; ++j) {{\n            wsum += CHUNK_W[j];\n"
-                     f"            for (i = 0; i < {act_dim}; ++i) action[i] += CHUNK_W[j] * "
-                     f"chunk_past[j * {out_dim + act_dim} + i];\n        }}\n"
-                     f"        for (i = 0; i < {act_dim}; ++i) action[i] /= wsum;\n    }}")
+                     f"            for (i = 0; i < {act_dim}; ++i) {dst}[i] += CHUNK_W[j] * "
+                     f"chunk_past[j * {q_dim + act_dim} + i];\n        }}\n"
+                     f"        for (i = 0; i < {act_dim}; ++i) {dst}[i] /= wsum;\n    }}")
     else:
         chunk_defs, chunk_reset_doc, step_doc, chunk_state, chunk_reset = "", "", "", "", ""
         forward_doc = f"action ({act_dim} floats in [-1, 1])"
@@ -276,6 +311,14 @@ void {prefix}_step(const float *state, float *action);
               for t in layout.terms("policy") if t.source == "history"]
     nl = "\n    "
     gx = f"\nstatic float gx[{e.gx}];" if hasattr(e, "gx") else ""
+    fn_decl, staged_forward, stage_call = f"void {prefix}_forward", "", ""
+    if base:  # ops is the residual stage; forward runs the base on the spot, then the stage
+        fn_decl, stage_call = "static void residual_stage", "\n    residual_stage(obs, action);"
+        staged_forward = (f"\nvoid {prefix}_forward(const float *x, float *action) {{\n"
+                          f"    static float xb[{obs_dim + act_in}];\n    static float q[{q_dim}];\n    int i;\n"
+                          f"    base_chunk(x, q);\n    for (i = 0; i < {obs_dim}; ++i) xb[i] = x[i];\n"
+                          f"    for (i = 0; i < {act_dim}; ++i) xb[{obs_dim} + i] = q[i];\n"
+                          f"    residual_stage(xb, action);\n}}\n")
     source = f"""/* Generated by embodied (hardware/codegen.py) from a policy program; do not edit.
    C99, float32, static const weights, no malloc, no stdio. */
 #include <math.h>
@@ -286,14 +329,14 @@ void {prefix}_step(const float *state, float *action);
 static float buf_a[{width}];
 static float buf_b[{width}];{gx}
 {chr(10).join(hist_decl)}
-{chunk_state}
-void {prefix}_forward(const float *x, float *action) {{
+{chunk_state}{stage_def}
+{fn_decl}(const float *x, float *action) {{
     int i, o, g, h;
     (void)g; (void)h; (void)o;
     {nl.join(line.replace(chr(10), nl) for line in e.body)}
     for (i = 0; i < {out_dim}; ++i) action[i] = {last}[i];
 }}
-
+{staged_forward}
 void {prefix}_reset(void) {{
     int i;
     (void)i;
@@ -301,10 +344,10 @@ void {prefix}_reset(void) {{
 }}
 
 void {prefix}_step(const float *state, float *action) {{
-    static float obs[{obs_dim}];
+    static float obs[{obs_dim + act_in}];
     int i;
     {nl.join(assemble)}
-    {query}
+    {query}{stage_call}
     {nl.join(push)}
 }}
 {base_def}"""

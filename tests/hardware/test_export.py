@@ -323,7 +323,7 @@ def test_chunked_policy_exports_and_runs_its_queue(tmp_path):
 def test_residual_over_a_chunked_base_exports_as_two_programs(tmp_path):
     """A residual over an action-chunked base: base.onnx gives the base's chunk, the runner's queue picks its action
     b, policy.onnx maps [obs, b] to the action. Parity of both programs; the runner acts as the torch policy step
-    by step (queue, history, a new episode) and reports the base's action for the safety filter; ONNX only."""
+    by step (queue, history, a new episode; ONNX and C) and reports the base's action for the safety filter."""
     from embodied.core.layout import ActionTerm
     from embodied.hardware.bundle import write_bundle
     from embodied.policies import ChunkedActor, ResidualActor
@@ -344,31 +344,34 @@ def test_residual_over_a_chunked_base_exports_as_two_programs(tmp_path):
     assert meta["parity"]["passed"] and meta["parity"]["base_torch_vs_onnxruntime"] <= TOL
     assert meta["policy"]["base"]["chunk"] == {"horizon": 4, "execute": 3} and "chunk" not in meta["policy"]
     assert meta["policy"]["residual"] == {"output": "base_action", "scale": 0.5, "limit": 0.3}
-    assert "skipped" in meta["c"] and "base.onnx" in meta["files"]
-    runner = load_bundle(tmp_path / "b")
+    assert meta["parity"]["c_vs_torch"] <= TOL and "base.onnx" in meta["files"]
+    runners = [load_bundle(tmp_path / "b", backend) for backend in ("onnx", "c")]
     # forward: the base's first action of a fresh chunk, then the residual
     with torch.no_grad():
         b = base.chunk(x)[:, 0]
         ref = actor.combine(b, actor.residual.act(torch.cat([x, b], 1)))
-    assert np.abs(runner.forward(x.numpy()) - ref.numpy()).max() <= TOL
+    for r in runners:
+        assert np.abs(r.forward(x.numpy()) - ref.numpy()).max() <= TOL
     assert (ref - b).abs().max() > 0.05  # the residual moves the action: the test sees both programs
 
-    class Beside:  # the runner's base action against the torch base's, every step
-        backend = "onnx"
+    class Beside:  # a runner, and its base action against the torch base's, every step
+        def __init__(self, runner):
+            self.runner, self.backend = runner, runner.backend
 
         def reset(self):
-            runner.reset()
+            self.runner.reset()
 
         def act(self, state):
-            a = runner.act(state)
-            assert np.abs(runner.base_action - base_seen[-1]).max() <= TOL
+            a = self.runner.act(state)
+            assert np.abs(self.runner.base_action - base_seen[-1]).max() <= TOL
             return a
 
     base_seen = []
     combine = actor.combine
     actor.combine = lambda b, r: (base_seen.append(b[0].numpy().copy()), combine(b, r))[1]
-    _fly_beside(actor, [Beside()], steps=11, new_episode_at=7)
-    with pytest.raises(UserError, match="ONNX only"):
-        write_bundle(actor, layout, x.numpy(), tmp_path / "c", "c")
-    with pytest.raises(UserError, match="onnx only"):
-        load_bundle(tmp_path / "b", "c")
+    _fly_beside(actor, [Beside(r) for r in runners], steps=11, new_episode_at=7)
+    # with the base's temporal ensembling (its network every step, the kept chunks averaged)
+    actor.base.ensemble = 0.3
+    write_bundle(actor, layout, x.numpy(), tmp_path / "e", "all")
+    _fly_beside(actor, [Beside(load_bundle(tmp_path / "e", backend)) for backend in ("onnx", "c")], steps=9,
+                new_episode_at=6)
