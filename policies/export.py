@@ -114,7 +114,7 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual
         if chunk_spec(actor.base) is not None:
             raise UserError("a residual over an action-chunked base is two programs (the base's chunk queue sits "
-                            "between the networks): base_program and residual_program")
+                            "between the networks): program(actor.base) and residual_program(actor)")
         base, obs_dim = program(actor.base)
         residual, _ = program(actor.residual)
         return [Op("save"), *base, Op("save"), Op("concat_saved", attrs={"index": 0, "size": obs_dim}), *residual,
