@@ -141,7 +141,7 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
         ops, in_dim = residual_program(actor)
         onnx.save(program_to_onnx(fold(ops), in_dim, doc=doc, input_name="obs_base"), str(out / "policy.onnx"))
         onnx_out = _session(out / "policy.onnx").run(None, {"obs_base": torch.cat([x, b], 1).numpy()})[0]
-        base = {"file": "base.onnx", "input": "obs", "output": "chunk", "chunk": chunk_spec(actor.base),
+        base = {"file": "base.onnx", "input": "obs", "output": "action", "chunk": chunk_spec(actor.base),
                 "ops": [op.kind for op in base_ops]}
         files.append("base.onnx")
         chunk = None  # policy.onnx gives one action; the base's chunk is queued
@@ -177,7 +177,10 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
         (out / "policy.c").write_text(source_c)
         (out / "firmware.c").write_text(firmware_source(layout))
         files += list(CFILES)
-        c_out = CPolicy.build(out).forward(obs)
+        c_policy = CPolicy.build(out)
+        c_out = c_policy.forward(obs)
+        if base is not None:  # every action of the base's chunks, not only the first one forward uses
+            parity["base_c_vs_torch"] = float(np.abs(c_policy.base_chunk(obs) - chunks.numpy()).max())
         parity["c_vs_onnxruntime"] = float(np.abs(c_out - onnx_out).max())
         parity["c_vs_torch"] = float(np.abs(c_out - ref).max())
         size = size_report(compile_object(out / "policy.c", out / "build" / "policy.o"))
@@ -321,7 +324,9 @@ class CPolicy:
             return int(next((line.split()[2] for line in lines if line.startswith(f"#define POLICY_{name} ")),
                             default))
 
-        return cls(lib, define("OBS_DIM"), define("ACT_DIM"), define("STATE_DIM"), define("OUT_DIM", 0))
+        policy = cls(lib, define("OBS_DIM"), define("ACT_DIM"), define("STATE_DIM"), define("OUT_DIM", 0))
+        policy.horizon = define("CHUNK", 1)  # actions per chunk of a chunked policy (or base)
+        return policy
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
@@ -329,6 +334,16 @@ class CPolicy:
         row_in, row_out = obs.strides[0], out.strides[0]
         for r in range(obs.shape[0]):
             self.lib.policy_forward(obs.ctypes.data + r * row_in, out.ctypes.data + r * row_out)
+        return out
+
+    def base_chunk(self, obs: np.ndarray) -> np.ndarray:
+        """The chunks ``[B, horizon * act_dim]`` of a residual's action-chunked base (``policy_base_chunk``)."""
+        obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
+        fn = self.lib.policy_base_chunk
+        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], None
+        out = np.empty((obs.shape[0], self.horizon * self.act_dim), np.float32)
+        for r in range(obs.shape[0]):
+            fn(obs.ctypes.data + r * obs.strides[0], out.ctypes.data + r * out.strides[0])
         return out
 
     def reset(self) -> None:
@@ -412,7 +427,7 @@ class PolicyRunner:
             self._run = _fast_run(self.session, outputs, feeds)
             if self.base:
                 self.base_session = _session(meta["dir"] / self.base["file"])
-                self._run_base = _fast_run(self.base_session, ["action"], {"obs": self._obs})
+                self._run_base = _fast_run(self.base_session, [self.base["output"]], {"obs": self._obs})
             self.c = None
         elif backend == "c":
             if "policy.c" not in meta["files"]:
