@@ -370,6 +370,11 @@ def test_residual_over_a_chunked_base_exports_as_two_programs(tmp_path):
     combine = actor.combine
     actor.combine = lambda b, r: (base_seen.append(b[0].numpy().copy()), combine(b, r))[1]
     _fly_beside(actor, [Beside(r) for r in runners], steps=11, new_episode_at=7)
+    # wider networks: the residual stage's 64-input layers in the base's 84-float scratch buffers (GCC's loop
+    # analysis once failed -Werror there on a remainder loop that never runs)
+    wide = ResidualActor(policy_spec(ChunkedActor(7, 2, [64, 64], horizon=42, execute=4)),
+                         policy_spec(SquashedGaussianActor(9, 2, [64, 64])), scale=0.5, limit=0.3)
+    assert write_bundle(wide, layout, x.numpy(), tmp_path / "w", "c")["parity"]["passed"]
     # with the base's temporal ensembling (its network every step, the kept chunks averaged)
     actor.base.ensemble = 0.3
     write_bundle(actor, layout, x.numpy(), tmp_path / "e", "all")
