@@ -59,6 +59,9 @@ class LogConfig:
     eval_episodes: int = 100
     checkpoint_every: int = 50_000  # env steps between checkpoints (0: only at the end)
     keep_checkpoints: int = 3  # newest full checkpoints kept (replay included); older ones are removed
+    # the policy a checkpoint holds for load_policy/eval/export is the best one of the periodic evaluations so far
+    # (highest success, then return; SB3's best_model), not the latest; training resumes from the latest either way
+    keep_best: bool = False
     tensorboard: bool = True
     progress: bool = True  # live progress line on stderr
     log_every: int = 2_000  # env steps between metric lines

@@ -74,6 +74,8 @@ CASES = {
     "sac-fixed-buffer": ("quadrotor-hover", ["algo=sac", "sac.buffer_size=1024"]),
     "td3": ("quadrotor-hover", ["algo=td3"]),
     "ppo": ("pendulum", []),
+    # the best evaluated policy so far is state too (log.keep_best)
+    "ppo-keep-best": ("pendulum", ["log.keep_best=true", "log.eval_every=512", "log.eval_episodes=8"]),
     # a run that learns its model while training: the model, its optimizer, the real transitions and the
     # imagined rollouts are state too
     # (refits every 384 steps: a checkpoint at 1024 falls between two, so the start states as of the last fit count)
@@ -83,7 +85,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", ["sac", "sac-fixed-buffer", "td3", "ppo", "wm-dyna"])
+@pytest.mark.parametrize("case", ["sac", "sac-fixed-buffer", "td3", "ppo", "ppo-keep-best", "wm-dyna"])
 def test_resume_matches_uninterrupted_run(tmp_path, one_thread, case):
     task, extra = CASES[case]
     train(load_config(task, "debug", [*QUIET, *extra, "total_steps=2048"]), tmp_path / "A")
@@ -209,3 +211,29 @@ def test_sigkill_then_resume_continues_exactly(tmp_path):
 
     full_rows = [json.loads(line) for line in (full / "metrics.jsonl").read_text().splitlines()]
     assert rows_after(new_rows) == rows_after(full_rows)
+
+
+def test_keep_best_keeps_the_best_evaluated_policy(tmp_path, one_thread):
+    """``log.keep_best``: the checkpoint's policy (what load_policy, eval and export read) is the one of the periodic
+    evaluation with the best (success, return), its weights exactly those evaluated; training state stays the
+    latest."""
+    from embodied.checkpoint import load_policy
+    from embodied.evaluate import eval_seed, evaluate, make_eval_env
+
+    # seed 3: the best evaluation is not the last one (1536 of 512..2048)
+    common = [*QUIET, "seed=3", "log.eval_every=512", "log.eval_episodes=8", "total_steps=2048"]
+    cfg = load_config("pendulum", "debug", [*common, "log.keep_best=true"])
+    run, summary = train(cfg, tmp_path / "A")
+    rows = eval_rows(run)
+    assert sorted(rows) == [512, 1024, 1536, 2048]
+    best = max(rows, key=lambda s: (rows[s].get("eval/success", float("-inf")), rows[s]["eval/return"]))
+    ckpt = load_checkpoint(run)
+    assert ckpt["policy"]["step"] == summary["best_step"] == best and ckpt["step"] == 2048
+    assert summary["best/return"] == rows[best]["eval/return"]
+    again = evaluate(load_policy(run).act, make_eval_env(cfg, num_envs=8), seed=eval_seed(cfg, best))
+    assert again["eval/return"] == pytest.approx(rows[best]["eval/return"], abs=1e-5)
+    # training is the same run without it: only the policy the checkpoint names differs (where the best was earlier)
+    plain, _ = train(load_config("pendulum", "debug", common), tmp_path / "B")
+    other = load_checkpoint(plain)
+    assert not differences(ckpt["algo"], other["algo"])
+    assert best != 2048 and differences(ckpt["policy"]["state"], other["policy"]["state"])

@@ -37,6 +37,7 @@ class Runner:
         self.last_eval: dict[str, float] = {}
         self.solved_at: dict[str, float] | None = None
         self.eval_passes = 0  # consecutive evaluations at or above stop_success
+        self.best: dict | None = None  # log.keep_best: {"step", "score", "eval", "state"} of the best evaluated policy
         self._t_start = 0.0
 
     # ---- loop helpers -------------------------------------------------------------------------
@@ -113,6 +114,8 @@ class Runner:
         actor.train(was_training)
         self.last_eval = result
         self.logger.log(self.step, {**result, "time/train_s": self.train_time})
+        if self.cfg.log.keep_best:
+            self._keep_if_best(actor, result)
         target = self.cfg.stop_success
         # success is a float32 mean: 95 of 100 is 0.9499999881, which must count as 0.95
         passed = "eval/success" in result and target is not None and result["eval/success"] >= target - 1e-6
@@ -127,9 +130,19 @@ class Runner:
             return True
         return False
 
+    def _keep_if_best(self, actor, result: dict) -> None:
+        score = (result.get("eval/success", float("-inf")), result["eval/return"])
+        if self.best is None or score > tuple(self.best["score"]):
+            state = {k: v.detach().to("cpu", copy=True) for k, v in actor.state_dict().items()}
+            self.best = {"step": self.step, "score": list(score), "eval": dict(result), "state": state}
+            self.logger.log(self.step, {"best/step": self.step})
+
     # ---- checkpoints -----------------------------------------------------------------------------
     def checkpoint(self) -> Path:
         actor = self.algo.actor()
+        policy = {"spec": policy_spec(actor), "state": actor.state_dict(), "step": self.step}
+        if self.best is not None:  # log.keep_best: the best evaluated policy is the run's policy
+            policy.update(state=self.best["state"], step=self.best["step"])
         payload = {
             "format": 1,
             "config": to_dict(self.cfg),
@@ -141,7 +154,8 @@ class Runner:
             "algo": self.algo.state_dict(),
             "collector": self.collector.state_dict(),
             "torch_rng": torch.get_rng_state(),
-            "policy": {"spec": policy_spec(actor), "state": actor.state_dict()},
+            "policy": policy,
+            "best": self.best,
         }
         if self.imagination is not None:
             payload["imagination"] = self.imagination.state_dict()
@@ -159,6 +173,7 @@ class Runner:
         self.train_time = float(ckpt["train_time"])
         self._marks = dict(ckpt["marks"])
         self.eval_passes = int(ckpt.get("eval_passes", 0))
+        self.best = ckpt.get("best")
         self._recent = list(ckpt["recent"])
         if self.imagination is not None:
             self.imagination.load_state_dict(ckpt["imagination"])
@@ -173,6 +188,9 @@ class Runner:
         summary = {"step": self.step, "train_s": self.train_time, **self.last_eval}
         if self.solved_at:
             summary["solved_train_s"] = self.solved_at["train_s"]
+        if self.best is not None:  # the policy the run keeps, and its evaluation
+            summary["best_step"] = self.best["step"]
+            summary.update({f"best/{k[5:]}": v for k, v in self.best["eval"].items()})
         return summary
 
     def train(self) -> dict:
