@@ -74,7 +74,9 @@ class RuntimeConfig:
     engine: str = "sync"  # sync (in-process) | async (worker processes, shared memory) | ray (Ray actors)
     num_workers: int = 2  # async/ray: worker processes, each stepping num_envs / num_workers envs
     ray_address: str | None = None  # ray: None starts a local instance; "auto" or host:port joins a cluster
-    sim_threads: int = 1  # native threads a batched backend steps its worlds with (per worker)
+    # native threads a batched backend (MuJoCo) steps its worlds with, per worker: sets the task's env.sim_threads;
+    # None: the task's own setting
+    sim_threads: int | None = None
 
 
 @dataclass
@@ -186,6 +188,13 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | tup
     run = OmegaConf.to_object(cfg)
     if run.task != task:
         raise UserError("the task is chosen with --task, not with an override")
+    threads = run.runtime.sim_threads
+    if threads is not None:  # the engine-level knob lands on the task's own
+        if not hasattr(run.env, "sim_threads"):
+            raise UserError(f"runtime.sim_threads: task {task!r} steps no native threads (its batch is tensors)")
+        if threads < 1:
+            raise UserError(f"runtime.sim_threads must be >= 1, got {threads}")
+        run.env.sim_threads = threads
     return run
 
 

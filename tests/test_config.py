@@ -97,3 +97,19 @@ def test_cli_overrides_may_follow_options(tmp_path):
     cfg = config_from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
     assert cfg.seed == 1 and cfg.total_steps == 64
     assert main(["train", "--task", "target", "--run-dir", str(tmp_path / "x"), "bogus"]) == 2
+
+
+def test_runtime_sim_threads_reaches_the_task():
+    """``runtime.sim_threads`` (once a key nothing read) sets a MuJoCo task's stepping threads; on a tensor task, or
+    below 1, it is one UserError line; a saved config that still says 1 reads back."""
+    cfg = load_config("pick-place", None, ["runtime.sim_threads=2"])
+    assert cfg.env.sim_threads == 2
+    assert load_config("pick-place").env.sim_threads == 1
+    assert config_from_dict(to_dict(cfg)).env.sim_threads == 2
+    old = to_dict(load_config("quadrotor-hover"))
+    old["runtime"]["sim_threads"] = 1  # what every run saved before
+    assert config_from_dict(old).runtime.sim_threads == 1
+    with pytest.raises(UserError, match="no native threads"):
+        load_config("quadrotor-hover", None, ["runtime.sim_threads=2"])
+    with pytest.raises(UserError, match=">= 1"):
+        load_config("halfcheetah", None, ["runtime.sim_threads=0"])
