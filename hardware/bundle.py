@@ -286,12 +286,16 @@ def read_bundle(path: Path, check_parity: bool = True) -> dict:
 class CPolicy:
     """The generated C, built as a shared library and called through ctypes."""
 
-    def __init__(self, lib_path: Path, obs_dim: int, act_dim: int, state_dim: int, out_dim: int | None = None):
+    def __init__(self, lib_path: Path, obs_dim: int, act_dim: int, state_dim: int, out_dim: int | None = None,
+                 horizon: int = 1):
         self.lib = ctypes.CDLL(str(lib_path))
-        for name in ("policy_forward", "policy_step"):  # raw addresses: ctypes' per-call conversions cost us
-            getattr(self.lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-            getattr(self.lib, name).restype = None
+        # raw addresses: ctypes' per-call conversions cost us (policy_base_chunk: a residual over a chunked base only)
+        for name in ("policy_forward", "policy_step", "policy_base_chunk"):
+            fn = getattr(self.lib, name, None)
+            if fn is not None:
+                fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], None
         self.obs_dim, self.act_dim, self.state_dim = obs_dim, act_dim, state_dim
+        self.horizon = horizon  # actions per chunk of a chunked policy (or base)
         self.out_dim = out_dim or act_dim  # what forward writes: a chunked policy's whole chunk
         self._state = np.zeros(state_dim, np.float32)
         self._out = np.zeros(act_dim, np.float32)
@@ -324,26 +328,23 @@ class CPolicy:
             return int(next((line.split()[2] for line in lines if line.startswith(f"#define POLICY_{name} ")),
                             default))
 
-        policy = cls(lib, define("OBS_DIM"), define("ACT_DIM"), define("STATE_DIM"), define("OUT_DIM", 0))
-        policy.horizon = define("CHUNK", 1)  # actions per chunk of a chunked policy (or base)
-        return policy
+        return cls(lib, define("OBS_DIM"), define("ACT_DIM"), define("STATE_DIM"), define("OUT_DIM", 0),
+                   define("CHUNK", 1))
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
-        obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
-        out = np.empty((obs.shape[0], self.out_dim), np.float32)
-        row_in, row_out = obs.strides[0], out.strides[0]
-        for r in range(obs.shape[0]):
-            self.lib.policy_forward(obs.ctypes.data + r * row_in, out.ctypes.data + r * row_out)
-        return out
+        return self._rows(self.lib.policy_forward, obs, self.out_dim)
 
     def base_chunk(self, obs: np.ndarray) -> np.ndarray:
         """The chunks ``[B, horizon * act_dim]`` of a residual's action-chunked base (``policy_base_chunk``)."""
+        return self._rows(self.lib.policy_base_chunk, obs, self.horizon * self.act_dim)
+
+    def _rows(self, fn, obs: np.ndarray, width: int) -> np.ndarray:
+        """``fn(row in, row out)`` over the rows of ``obs [B, obs_dim]``: ``[B, width]``."""
         obs = np.ascontiguousarray(obs, np.float32).reshape(-1, self.obs_dim)
-        fn = self.lib.policy_base_chunk
-        fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], None
-        out = np.empty((obs.shape[0], self.horizon * self.act_dim), np.float32)
+        out = np.empty((obs.shape[0], width), np.float32)
+        row_in, row_out = obs.strides[0], out.strides[0]
         for r in range(obs.shape[0]):
-            fn(obs.ctypes.data + r * obs.strides[0], out.ctypes.data + r * out.strides[0])
+            fn(obs.ctypes.data + r * row_in, out.ctypes.data + r * row_out)
         return out
 
     def reset(self) -> None:

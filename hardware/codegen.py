@@ -188,6 +188,14 @@ def _check_signs(ops: list[Op]) -> None:
             raise UserError("the C emitter stores group signs as +-1; this program has other values")
 
 
+def _emit_program(ops: list[Op], in_dim: int, tag: str = "") -> tuple[_Emitter, str]:
+    """The program's C, alternating between the two scratch buffers; and the buffer its result ends in."""
+    e, bufs = _Emitter(in_dim, tag), ("buf_a", "buf_b")
+    for i, op in enumerate(ops):
+        e.op(i, op, "x" if i == 0 else bufs[(i - 1) % 2], bufs[i % 2])
+    return e, bufs[(len(ops) - 1) % 2]
+
+
 def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
            chunk: dict | None = None, base: dict | None = None) -> tuple[str, str]:
     """``(header, source)`` of the program with the layout's action-history bookkeeping. With ``chunk``
@@ -200,19 +208,13 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
     observation go into ``ops``; ``forward`` takes ``b`` from a chunk predicted on the spot (its first action)."""
     _check_signs(ops)
     act_in = layout.action_size if base else 0  # the residual stage reads the base's action after the observation
-    e = _Emitter(obs_dim + act_in)
-    bufs = ("buf_a", "buf_b")
-    for i, op in enumerate(ops):
-        e.op(i, op, "x" if i == 0 else bufs[(i - 1) % 2], bufs[i % 2])
+    e, last = _emit_program(ops, obs_dim + act_in)
     width = max(e.dims)
     out_dim = e.dims[-1]
-    last = bufs[(len(ops) - 1) % 2]
     q_dim, stage_def = out_dim, ""  # q_dim: a chunk's size, the queue's width
     if base:
         _check_signs(base["ops"])
-        be = _Emitter(obs_dim, tag="BASE_")
-        for i, op in enumerate(base["ops"]):
-            be.op(i, op, "x" if i == 0 else bufs[(i - 1) % 2], bufs[i % 2])
+        be, base_last = _emit_program(base["ops"], obs_dim, tag="BASE_")
         e.decls += be.decls
         if hasattr(be, "gx"):
             e.gx = max(getattr(e, "gx", 0), be.gx)
@@ -221,7 +223,7 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
         stage_def = (f"void {prefix}_base_chunk(const float *x, float *out) {{\n    int i, o, g, h;\n"
                      f"    (void)g; (void)h; (void)o;\n"
                      f"    {nl.join(line.replace(chr(10), nl) for line in be.body)}\n"
-                     f"    for (i = 0; i < {q_dim}; ++i) out[i] = {bufs[(len(base['ops']) - 1) % 2]}[i];\n}}\n")
+                     f"    for (i = 0; i < {q_dim}; ++i) out[i] = {base_last}[i];\n}}\n")
     horizon, execute = (int(chunk["horizon"]), int(chunk["execute"])) if chunk else (1, 1)
     act_dim = q_dim // horizon
     if act_dim * horizon != q_dim or act_dim != layout.action_size or obs_dim != layout.group_size("policy") or \
@@ -242,14 +244,13 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
                     f"    for (i = 0; i < {act_dim}; ++i) out[i] = {base_buf}[i];\n}}\n")
     P = prefix.upper()
     if chunk:
-        chunk_defs = (f"/* an action-chunked policy: each forward predicts {horizon} actions, step executes {execute} "
-                      f"of them before it looks again */\n#define {P}_CHUNK {horizon}\n#define {P}_EXECUTE {execute}\n")
+        what = "a residual over an action-chunked base: each base chunk holds" if base else \
+            "an action-chunked policy: each forward predicts"
+        chunk_defs = (f"/* {what} {horizon} actions, step executes {execute} of them before it looks again */\n"
+                      f"#define {P}_CHUNK {horizon}\n#define {P}_EXECUTE {execute}\n")
         chunk_reset_doc = " and the chunk queue"
         forward_doc = f"{horizon} actions of {act_dim} floats in [-1, 1], in order ({out_dim} floats)"
         if base:
-            chunk_defs = (f"/* a residual over an action-chunked base: each base chunk holds {horizon} actions, step "
-                          f"executes {execute} of them before it looks again */\n#define {P}_CHUNK {horizon}\n"
-                          f"#define {P}_EXECUTE {execute}\n")
             forward_doc = (f"action ({act_dim} floats in [-1, 1]; the base's action from a chunk predicted on this "
                            "observation)")
             base_decl_chunk = (f"/* full observation -> the base's chunk ({horizon} actions of {act_dim} floats, in "
