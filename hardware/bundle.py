@@ -19,6 +19,7 @@ import torch
 
 from embodied.core.errors import UserError
 from embodied.core.layout import Layout
+from embodied.policies.residual import per_dimension
 
 FORMAT = 1
 _clip = (np._core if hasattr(np, "_core") else np.core).umath.clip  # the ufunc: np.clip's wrapper costs ~2 us
@@ -154,7 +155,8 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     parity["torch_vs_onnxruntime"] = float(np.abs(onnx_out - ref).max())
     # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
     op = residual_op(ops)
-    residual = {"scale": float(op.attrs["scale"]), "limit": float(op.attrs["limit"])} if op is not None else None
+    residual = {"scale": per_dimension(op.attrs["scale"]), "limit": per_dimension(op.attrs["limit"])} \
+        if op is not None else None
     c_info = None
     if layout.images("policy"):
         if fmt == "c":
@@ -385,7 +387,7 @@ class PolicyRunner:
         self._input = np.zeros((1, self.obs_dim + (self.act_dim if self.base else 0)), np.float32)
         self._obs = self._input[:, :self.obs_dim]
         residual = meta["policy"].get("residual")
-        self.residual_limit = float(residual["limit"]) if residual else None
+        self.residual_limit = per_dimension(residual["limit"]) if residual else None  # a number, or one per entry
         self.base_action = np.zeros(self.act_dim, np.float32) if residual else None
         # an action-chunked policy (or base): each run gives ``horizon`` actions, ``act`` executes ``execute`` of them
         chunk = (self.base or meta["policy"]).get("chunk") or {}

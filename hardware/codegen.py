@@ -91,6 +91,13 @@ class _Emitter:
         init = _floats(a) if ctype == "float" else _ints(a)
         self.decls.append(f"static const {ctype} {name}{_dims(a.shape)} = {init};")
 
+    def _per_entry(self, name: str, value) -> str:
+        """The C expression of a constant that is one number (a literal) or one per entry (an array read at ``i``)."""
+        if isinstance(value, (list, tuple)):
+            self.const(name, "float", np.asarray(value, np.float32))
+            return f"{name}[i]"
+        return flit(float(value))
+
     def op(self, i: int, op: Op, x: str, y: str) -> None:
         a, n, b = op.arrays, self.dims[-1], self.body
         out = op.out_dim(n)
@@ -133,9 +140,9 @@ class _Emitter:
             b.append(f"for (i = 0; i < {n}; ++i) {y}[i] = {name}[i] + {x}[i];")
         elif op.kind == "residual_add":
             name, _ = self.saved[int(op.attrs["index"])]
-            s, lim = float(op.attrs["scale"]), float(op.attrs["limit"])
-            b.append(f"for (i = 0; i < {n}; ++i) {{ float r = {flit(s)} * {x}[i]; "
-                     f"r = r < -{flit(lim)} ? -{flit(lim)} : (r > {flit(lim)} ? {flit(lim)} : r); "
+            s, lim = (self._per_entry(p + k, op.attrs[key]) for k, key in (("SCALE", "scale"), ("LIMIT", "limit")))
+            b.append(f"for (i = 0; i < {n}; ++i) {{ float r = {s} * {x}[i]; "
+                     f"r = r < -{lim} ? -{lim} : (r > {lim} ? {lim} : r); "
                      f"float v = {name}[i] + r; {y}[i] = v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }}")
         elif op.kind == "group_lift":  # y[g c + j] = b[j] + sum_i W[j, i] (g x)[i], (g x)[i] = s[g, i] x[p[g, i]]
             G, (c, d) = a["p"].shape[0], a["W"].shape

@@ -1,5 +1,5 @@
 """A folded policy program (``embodied.policies.export``) written as an ONNX graph of standard ops
-(Gemm, Relu, Tanh, Elu, Clip, Sub, Div, Slice; Identity, Concat, Mul, Add for a residual over a base), input
+(Gemm, Relu, Tanh, Elu, Clip, Sub, Div, Slice; Identity, Concat, Mul, Add, Max, Min for a residual over a base), input
 ``obs [batch, obs_dim]`` (``input_name``: a residual's second program reads ``obs_base``, the observation then the
 base's action), output ``action`` (and ``base_action``, the base's action, for a residual over a base). Built
 with ``onnx.helper`` directly: the graph is exactly the program, with nothing a tracer adds."""
@@ -82,11 +82,16 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "", input_name: str 
         elif op.kind == "add_saved":
             nodes.append(helper.make_node("Add", [saved[int(op.attrs["index"])], x], [y]))
         elif op.kind == "residual_add":
-            lim = float(op.attrs["limit"])
-            nodes += [helper.make_node("Mul", [x, const(f"scale{i}", np.float32(op.attrs["scale"]))], [f"m{i}"]),
-                      helper.make_node("Clip", [f"m{i}", const(f"rlo{i}", np.float32(-lim)),
-                                                const(f"rhi{i}", np.float32(lim))], [f"r{i}"]),
-                      helper.make_node("Add", [saved[int(op.attrs["index"])], f"r{i}"], [f"s{i}"]),
+            lim = np.asarray(op.attrs["limit"], np.float32)
+            nodes.append(helper.make_node("Mul", [x, const(f"scale{i}", np.asarray(op.attrs["scale"], np.float32))],
+                                          [f"m{i}"]))
+            if lim.ndim:  # one bound per entry: Clip takes scalar bounds only
+                nodes += [helper.make_node("Max", [f"m{i}", const(f"rlo{i}", -lim)], [f"q{i}"]),
+                          helper.make_node("Min", [f"q{i}", const(f"rhi{i}", lim)], [f"r{i}"])]
+            else:
+                nodes.append(helper.make_node("Clip", [f"m{i}", const(f"rlo{i}", -lim), const(f"rhi{i}", lim)],
+                                              [f"r{i}"]))
+            nodes += [helper.make_node("Add", [saved[int(op.attrs["index"])], f"r{i}"], [f"s{i}"]),
                       helper.make_node("Clip", [f"s{i}", const(f"lo{i}", np.float32(-1.0)),
                                                 const(f"hi{i}", np.float32(1.0))], [y])]
         else:

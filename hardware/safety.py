@@ -97,7 +97,7 @@ class SafetyConfig:
     geofence_box: tuple[float, ...] | None = None  # (xmin, xmax, ymin, ymax, zmin, zmax) [m]
     # a residual over a base policy: |action - base action| <= residual_limit per entry [normalized action
     # units]; None: the bundle's own limit (the one it was trained with), for a residual bundle
-    residual_limit: float | None = None
+    residual_limit: float | list[float] | None = None  # (a list: one bound per entry)
 
 
 @dataclass
@@ -141,7 +141,7 @@ class SafetyFilter:
             self.counts.nonfinite_action += 1
             events.append("nonfinite_action")
         elif base is not None and self.cfg.residual_limit is not None and np.all(np.isfinite(base)):
-            lim = np.float32(self.cfg.residual_limit)
+            lim = np.asarray(self.cfg.residual_limit, np.float32)
             b = np.asarray(base, np.float32).reshape(self.low.shape)
             r = np.clip(a, b - lim, b + lim)
             if np.any(r != a):

@@ -19,7 +19,7 @@ Ops, applied in order to a vector ``x``:
     save           y = x, and x kept as saved[k] (k counts the saves)   a composite policy (a residual over a base)
     concat_saved   y = [saved[index], x]                                  (size: saved[index]'s length)
     load_saved     y = saved[index]                                       (size: its length)
-    residual_add   y = clip(saved[index] + clip(scale x, -limit, limit), -1, 1)
+    residual_add   y = clip(saved[index] + clip(scale x, -limit, limit), -1, 1) (scale, limit: a number or per entry)
     add_saved      y = saved[index] + x                                   (a flow head's Euler step)
 """
 
@@ -268,8 +268,8 @@ class ProgramModule(nn.Module):
             elif kind == "add_saved":
                 x = saved[int(attrs["index"])] + x
             elif kind == "residual_add":
-                lim = attrs["limit"]
-                x = (saved[int(attrs["index"])] + (attrs["scale"] * x).clamp(-lim, lim)).clamp(-1.0, 1.0)
+                scale, lim = (torch.tensor(attrs[k], dtype=x.dtype) for k in ("scale", "limit"))
+                x = (saved[int(attrs["index"])] + torch.clamp(scale * x, -lim, lim)).clamp(-1.0, 1.0)
             elif kind == "dense":
                 x = getattr(self, name)(x)
             elif kind == "normalize":
@@ -351,8 +351,8 @@ def run_numpy(ops: list[Op], x: np.ndarray) -> np.ndarray:
         elif k == "add_saved":
             x = saved[int(op.attrs["index"])] + x
         elif k == "residual_add":
-            lim = op.attrs["limit"]
-            x = np.clip(saved[int(op.attrs["index"])] + np.clip(op.attrs["scale"] * x, -lim, lim), -1.0, 1.0)
+            scale, lim = np.asarray(op.attrs["scale"], np.float64), np.asarray(op.attrs["limit"], np.float64)
+            x = np.clip(saved[int(op.attrs["index"])] + np.clip(scale * x, -lim, lim), -1.0, 1.0)
         elif k == "normalize":
             x = np.clip((x - a["mean"]) / a["std"], -op.attrs["clip"], op.attrs["clip"])
         elif k == "dense":

@@ -1,6 +1,7 @@
 """A frozen base policy plus a learned residual (ResiP, Ankile et al. 2024): ``a = clip(b + clip(scale * r, -limit,
-limit), -1, 1)`` with ``b = base.act(obs)`` and ``r = residual.act([obs, b])``, in normalized action units. The
-base is any actor ``build_policy`` rebuilds (a BC run, chunked or not; an RL run); its parameters never train."""
+limit), -1, 1)`` with ``b = base.act(obs)`` and ``r = residual.act([obs, b])``, in normalized action units;
+``scale`` and ``limit`` are one number or one per action dimension. The base is any actor ``build_policy`` rebuilds
+(a BC run, chunked or not; an RL run); its parameters never train."""
 
 from __future__ import annotations
 
@@ -11,15 +12,27 @@ from embodied.policies.actor_critic import POLICIES, build_policy
 from embodied.policies.chunked import reset_policy
 
 
+def per_dimension(value: float | list[float] | tuple[float, ...]) -> float | list[float]:
+    """A residual's scale or limit as plain data: a float for every action dimension, or a list of one per
+    dimension."""
+    if isinstance(value, (list, tuple)):
+        return [float(v) for v in value]
+    return float(value)
+
+
 class ResidualActor(nn.Module):
     spec_name = "residual"
 
-    def __init__(self, base: dict, residual: dict, scale: float = 0.1, limit: float = 0.1):
+    def __init__(self, base: dict, residual: dict, scale: float | list[float] = 0.1, limit: float | list[float] = 0.1):
         super().__init__()
         self.init_kwargs = dict(base=base, residual=residual, scale=scale, limit=limit)
         self.base = build_policy(base).requires_grad_(False).eval()
         self.residual = build_policy(residual)
-        self.scale, self.limit = float(scale), float(limit)
+        # one value for every action dimension, or one per dimension (a sign-read gripper command needs a bound
+        # past 1 to be flipped against its base, the arm's dimensions a small one)
+        self.scale, self.limit = per_dimension(scale), per_dimension(limit)
+        self.register_buffer("_scale", torch.tensor(self.scale, dtype=torch.float32), persistent=False)
+        self.register_buffer("_limit", torch.tensor(self.limit, dtype=torch.float32), persistent=False)
 
     def train(self, mode: bool = True):  # the base stays in eval mode (frozen normalizer and all)
         super().train(mode)
@@ -36,7 +49,8 @@ class ResidualActor(nn.Module):
         reset_policy(self.base, mask)
 
     def combine(self, base_action: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return (base_action + (self.scale * residual).clamp(-self.limit, self.limit)).clamp(-1.0, 1.0)
+        scale, limit = self._scale.to(residual.dtype), self._limit.to(residual.dtype)
+        return (base_action + torch.clamp(scale * residual, -limit, limit)).clamp(-1.0, 1.0)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,8 +31,10 @@ from embodied.policies import ResidualActor, policy_spec
 
 @dataclass
 class ResidualPPOConfig(PPOConfig):
-    scale: float = 0.1  # residual units per normalized action unit (ResiP's action_scale)
-    limit: float = 0.1  # the added residual's bound per action dimension, in normalized action units
+    # residual units per normalized action unit (ResiP's action_scale): one number, or a list of one per action
+    # dimension (``scale=[0.1,0.1,0.1,0.1,0.1,0.1,2.0]``)
+    scale: Any = 0.1
+    limit: Any = 0.1  # the added residual's bound per action dimension, in normalized action units (the same forms)
     init_log_std: float = -1.0  # ResiP's run script
     # ResiP's PPO (base_residual_rl.yaml): many full-batch epochs up to a wide KL, long horizon. Our PPO's 5 epochs
     # of 4 minibatches moved the small residual by an approx. KL of 0.003 an update: pick-place at 100k env steps
@@ -49,8 +52,8 @@ class ResidualSACConfig(SACConfig):
     # expert's correction clipped to 0.1 lifts it to 64%, to 0.5 to 87%), so the residual may reach 0.5; what keeps
     # so large a residual from wrecking the base early is the start below (seed 0, 150k env steps: 75%, against 51%
     # for scale 0.1 with SAC's own start and 1-3% for scale 0.5 with it)
-    scale: float = 0.5
-    limit: float = 0.5
+    scale: Any = 0.5
+    limit: Any = 0.5
     # SAC's 0.5 pays more for the residual's entropy than a tabletop task pays per step for progress
     init_alpha: float = 0.1
     updates_per_step: float = 0.5
@@ -110,6 +113,16 @@ def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
     return {"spec": spec, "state": state}
 
 
+def _check_per_dimension(name: str, key: str, value, act_dim: int) -> None:
+    """``value``: a number > 0, or a list of ``act_dim`` of them; else one ``UserError`` line."""
+    many = isinstance(value, (list, tuple))
+    values = list(value) if many else [value]
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values)
+    if not ok or (many and len(values) != act_dim):
+        raise UserError(f"{name}.{key} must be a number > 0 or a list of {act_dim} of them (one per action "
+                        f"dimension), got {value!r}")
+
+
 class Residual:
     """What residual-ppo and residual-sac add to their learner (listed first among the bases)."""
 
@@ -121,9 +134,9 @@ class Residual:
             raise UserError(f"{cls.name} needs continuous actions and state observations")
         if ctx.policy.symmetrize:
             raise UserError(f"{cls.name}: the residual's input holds the base action; policy.symmetrize=false")
-        if not (cfg.scale > 0 and cfg.limit > 0):
-            raise UserError(f"{cls.name}: scale and limit must be > 0, got {cfg.scale}, {cfg.limit}")
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
+        for key in ("scale", "limit"):
+            _check_per_dimension(cls.name, key, getattr(cfg, key), act_dim)
         base = load_base(ctx.base, obs_dim, act_dim)
         spaces = dict(ctx.obs_space.spaces)
         spaces["policy"] = gym.spaces.Box(-np.inf, np.inf, (obs_dim + act_dim,), np.float32)

@@ -49,6 +49,14 @@ def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
     action, extras = algo.act(obs)  # exploration: base + the sampled residual, within the limit
     assert float((action - extras["base"]).abs().max()) <= algo.cfg.limit + 1e-6
     assert not any(p.requires_grad for p in algo.combined.base.parameters())
+    # one scale and bound per action dimension: each dimension's correction within its own
+    n = env.single_action_space.shape[0]
+    kw = dict(scale=[0.5] + [0.05] * (n - 1), limit=[0.5] + [0.02] * (n - 1), init_log_std=0.0)
+    algo = cls.build(cls.config_cls(warmup_steps=0, **kw) if algo.name == "residual-sac" else
+                     cls.config_cls(**kw), ctx)
+    gap = (algo.act(obs)[0] - base.act(obs["policy"])).abs().amax(0)
+    assert torch.all(gap <= torch.tensor(kw["limit"]) + 1e-6) and gap[0] > 0.02
+    assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
 
 
 def test_residual_sac_starts_gently(weak_base):
@@ -150,6 +158,10 @@ def test_a_base_that_does_not_fit_is_a_user_error(weak_base, tmp_path):
               tmp_path / "a")
     with pytest.raises(UserError, match="base=RUN_DIR"):
         train(load_config("target", None, [*QUIET, "algo=residual-ppo", "total_steps=64"]), tmp_path / "b")
+    for bad in ("[0.1,0.1,0.1]", "[0.1,-0.1]", "0", "abc"):  # one per action dimension (2), each > 0
+        with pytest.raises(UserError, match="residual-ppo.limit must be a number > 0 or a list of 2"):
+            train(load_config("target", None, [*QUIET, "algo=residual-ppo", f"base={weak_base}", "total_steps=64",
+                                               f"residual-ppo.limit={bad}"]), tmp_path / "c")
 
 
 def test_a_bundle_base_acts_as_its_onnx_and_trains(weak_base, tmp_path):

@@ -262,6 +262,22 @@ def test_residual_program_ops_exact_values():
     model = program_to_onnx(staged, 2, input_name="obs_base")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     assert np.allclose(sess.run(None, {"obs_base": xb})[0], expected, atol=1e-6)
+    # one scale and bound per action entry: b = [x0 - x1, x0 + x1], r = [10 (x0 + b0), 10 (x0 + b0)], scale
+    # [0.1, 1], limit [0.2, 1.5]
+    two = [Op("save"),
+           Op("dense", {"W": np.array([[1.0, -1.0], [1.0, 1.0]], np.float32), "b": np.zeros(2, np.float32)}),
+           Op("save"), Op("concat_saved", attrs={"index": 0, "size": 2}),
+           Op("dense", {"W": np.array([[10.0, 0.0, 10.0, 0.0], [10.0, 0.0, 10.0, 0.0]], np.float32),
+                        "b": np.zeros(2, np.float32)}),
+           Op("residual_add", attrs={"index": 1, "scale": [0.1, 1.0], "limit": [0.2, 1.5]})]
+    # entry 1: b1 = 0.75, 0, 0.6, -0.05; r = 7.5, 0, 21, -2.5 -> clip(1 r, +-1.5) = 1.5, 0, 1.5, -1.5
+    # -> a1 = 1, 0, 1, -1 (clipped); entry 0 as above
+    expected2 = np.concatenate([expected, [[1.0], [0.0], [1.0], [-1.0]]], 1)
+    assert np.allclose(run_numpy(two, x), expected2, atol=1e-6)
+    assert np.allclose(ProgramModule(two)(torch.from_numpy(x)).detach().numpy(), expected2, atol=1e-6)
+    out = ort.InferenceSession(program_to_onnx(two, 2).SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"obs": x})[0]
+    assert np.allclose(out, expected2, atol=1e-6)
 
 
 def _fly_beside(actor, runners, steps: int, new_episode_at: int) -> None:
@@ -334,7 +350,8 @@ def test_residual_over_a_chunked_base_exports_as_two_programs(tmp_path):
     base.normalizer.update(torch.randn(64, 7) * 2 + 0.5)
     residual = SquashedGaussianActor(7 + 2, 2, [16], obs_normalization=True)
     residual.normalizer.update(torch.randn(64, 9))
-    actor = ResidualActor(policy_spec(base), policy_spec(residual), scale=0.5, limit=0.3)
+    # one scale and bound per action entry (the second as a gripper's would be: wide enough to flip a sign)
+    actor = ResidualActor(policy_spec(base), policy_spec(residual), scale=[0.5, 1.5], limit=[0.3, 1.2])
     actor.base.load_state_dict(base.state_dict())
     actor.residual.load_state_dict(residual.state_dict())
     layout = Layout({"policy": (Term("x", 3), Term("prev", 4, source="history", history_len=2, history_init=0.1))},
@@ -343,7 +360,7 @@ def test_residual_over_a_chunked_base_exports_as_two_programs(tmp_path):
     meta = write_bundle(actor, layout, x.numpy(), tmp_path / "b", "all")
     assert meta["parity"]["passed"] and meta["parity"]["base_torch_vs_onnxruntime"] <= TOL
     assert meta["policy"]["base"]["chunk"] == {"horizon": 4, "execute": 3} and "chunk" not in meta["policy"]
-    assert meta["policy"]["residual"] == {"output": "base_action", "scale": 0.5, "limit": 0.3}
+    assert meta["policy"]["residual"] == {"output": "base_action", "scale": [0.5, 1.5], "limit": [0.3, 1.2]}
     assert max(meta["parity"]["c_vs_torch"], meta["parity"]["base_c_vs_torch"]) <= TOL and "base.onnx" in meta["files"]
     runners = [load_bundle(tmp_path / "b", backend) for backend in ("onnx", "c")]
     # forward: the base's first action of a fresh chunk, then the residual

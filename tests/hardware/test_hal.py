@@ -67,6 +67,13 @@ def test_safety_filter_exact_values():
     assert np.allclose(a, [0.5, 1.0]) and ev == ["clipped"]
     a, ev = r(np.array([0.5, 0.5]), np.zeros(2))  # no base's action (a plain policy): nothing to bound
     assert np.allclose(a, [0.5, 0.5]) and ev == [] and r.counts.residual_limited == 1
+    # one bound per entry (a gripper's wide enough to flip its sign)
+    r = SafetyFilter(np.array([-1, -1], np.float32), np.array([1, 1], np.float32), dt=0.01,
+                     cfg=SafetyConfig(residual_limit=[0.1, 1.5]))
+    a, ev = r(np.array([0.6, 0.9]), np.zeros(2), base=np.array([0.3, -0.5]))
+    assert np.allclose(a, [0.4, 0.9]) and ev == ["residual_limited"]
+    a, ev = r(np.array([0.35, -0.9]), np.zeros(2), base=np.array([0.3, 0.5]))
+    assert np.allclose(a, [0.35, -0.9]) and ev == []
     fence = SafetyFilter(np.zeros(1), np.ones(1), 0.01,
                          SafetyConfig(geofence_radius=1.0, geofence_box=(-2, 2, -2, 2, 0, 3)))
     assert not fence.outside_fence(np.array([0.5, 0.5, 0.5]))
