@@ -121,8 +121,10 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
                 "terminations": [], "truncations": []} for i in range(n)]
     done_eps: list[dict] = []
     while len(done_eps) < num_episodes:
-        action = act(obs)
-        obs, reward, terminated, truncated, info = env.step(action)
+        executed = act(obs)
+        obs, reward, terminated, truncated, info = env.step(executed)
+        label = getattr(act, "label", None)  # an expert's action without its perturbations (DART), where it has one
+        action = executed if label is None else label
         final = info["final_obs"]
         for i in range(n):
             ep = current[i]
@@ -146,7 +148,7 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
 
 def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
                   action_noise: float | None = None, target_noise: float = 0.0, keep_failures: bool = False,
-                  env_settings: dict | None = None) -> dict:
+                  env_settings: dict | None = None, miss: float | None = None) -> dict:
     """Roll ``task``'s scripted expert until ``episodes`` episodes (successful ones unless ``keep_failures``) are
     recorded, and write them as a Minari dataset at ``out``. Returns a summary with the expert's success rate over
     every episode it played."""
@@ -166,7 +168,13 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
         env = embodied.make_env(task, num_envs=num_envs, seed=seed, **(env_settings or {}))
     except TypeError as e:  # a setting the task's config does not have
         raise UserError(f"{task}: {e}") from None
-    act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed)
+    if miss is not None and not 0.0 <= miss <= 1.0:
+        raise UserError(f"miss is a fraction of the episodes, in [0, 1]; got {miss}")
+    try:
+        act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed,
+                          **({} if miss is None else {"miss": miss}))
+    except TypeError:  # a knob this task's expert does not have
+        raise UserError(f"the {task} expert takes no miss setting") from None
     kept, played, succeeded = [], 0, 0
     # a suite of tasks (its envs report each episode's ``task_id``): the episodes spread round-robin over its
     # tasks, task k keeping episodes // T (+ 1 for the first episodes % T tasks)

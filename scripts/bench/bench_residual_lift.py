@@ -62,6 +62,8 @@ def main() -> None:
     ap.add_argument("--bc-steps", type=int, default=5000, help="BC gradient steps")
     ap.add_argument("--timeout-s", type=float, default=3600.0)
     ap.add_argument("--out", default="bench_results/residual_lift")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra overrides of the residual variants' training (e.g. residual-sac.limit=[...])")
     ap.add_argument("--keep-best", type=int, default=0, metavar="EVERY",
                     help="RL variants evaluate every EVERY env steps and keep the best policy (log.keep_best); "
                          "0: the final policy (default)")
@@ -99,11 +101,12 @@ def main() -> None:
                         _, export_wall = _run(["embodied", "export", "--run", str(bc_run), "--format", "onnx",
                                                "--out", str(bundle)], args.timeout_s)
                         bc_run = bundle
-                    base = [f"base={bc_run}"] if variant.startswith("residual") else []
+                    base = [f"base={bc_run}", *args.set] if variant.startswith("residual") else []
                     best = [f"log.eval_every={args.keep_best}", "log.keep_best=true"] if args.keep_best else []
                     summary, wall = _train(task, run_dir, [*VARIANTS[variant], *base, *best, f"seed={seed}",
                                                            f"total_steps={args.steps}"], args.timeout_s)
-                    row.update(env_steps=args.steps, train_wall_s=round(wall + export_wall, 1))
+                    row.update(env_steps=args.steps, train_wall_s=round(wall + export_wall, 1),
+                               overrides=args.set if variant.startswith("residual") else [])
                     if args.keep_best:  # the kept policy's step and its periodic evaluation (the run's own starts)
                         row.update(keep_best_every=args.keep_best, best_step=summary.get("best_step"),
                                    best_eval_success=summary.get("best/success"),

@@ -2,7 +2,10 @@
 lift, move, place or insert, release) on the true state, in LIBERO's action space. ``expert(env)`` gives the
 task's; calling it with an observation returns actions for all envs (it reads the env's state; the observation
 only fixes the batch). Noise knobs: ``action_noise`` (Gaussian std in normalized action units, added to every
-action) and ``target_noise`` (std [m] of a per-episode offset of every waypoint in the table plane)."""
+action), ``target_noise`` (std [m] of a per-episode offset of every waypoint in the table plane) and ``miss`` (the
+fraction of episodes whose first grasp is aimed ``MISS_OFFSET`` off the object, to show the recovery). The action a
+demonstration records is ``expert.label``, the executed one without the noise and the aim-off (DART, Laskey et al.
+2017: the states the perturbations lead to, labelled with the expert's correction)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ F64 = torch.float64
 ABOVE = 0.08  # [m] approach height over the object's centre
 CARRY = 0.14  # [m] height of the grip point while carrying
 CLOSE_STEPS = 6  # control steps the fingers get to close (0.3 s)
+MISS_OFFSET = 0.035  # [m] how far from the object a missed grasp (``miss``) is aimed, in the table plane
 
 
 def _yaw(rot: torch.Tensor) -> torch.Tensor:
@@ -26,15 +30,22 @@ def _yaw(rot: torch.Tensor) -> torch.Tensor:
 class Expert:
     default_noise = 0.1  # action_noise where none is given
 
+    # miss where none is given: demonstrations of the recovery did not lift pick-place BC (3 seeds at 50 demos, a
+    # wider randomization: 58% without, 55% with miss=0.3), so none by default
+    default_miss = 0.0
+
     def __init__(self, env, action_noise: float | None = None, target_noise: float = 0.0, seed: int = 0,
-                 gain: float = 1.0):
+                 gain: float = 1.0, miss: float | None = None):
         self.action_noise = self.default_noise if action_noise is None else action_noise
+        self.miss = self.default_miss if miss is None else miss
         self.env, self.target_noise, self.gain = env, target_noise, gain
         self.generator = torch.Generator().manual_seed(seed)
         n = env.num_envs
         self.phase = torch.zeros(n, dtype=torch.long)
         self.timer = torch.zeros(n, dtype=torch.long)
         self.offset = torch.zeros(n, 3, dtype=F64)
+        self.aim = torch.zeros(n, 3, dtype=F64)  # this episode's first grasp aimed off by this much (``miss``)
+        self.label: torch.Tensor | None = None  # the action of the last call without noise or aim-off
         # the gripper pointing down at yaw 0 (its x axis along the world's); a target orientation is Rz(yaw) @ down
         self.down = torch.diag(torch.tensor([1.0, -1.0, -1.0], dtype=F64))[None]
 
@@ -46,18 +57,28 @@ class Expert:
             off = torch.randn(k, 3, generator=self.generator, dtype=F64) * self.target_noise
             off[:, 2] = 0.0
             self.offset[fresh] = off
+            angle = torch.rand(k, generator=self.generator, dtype=F64) * 2 * math.pi
+            missed = torch.rand(k, generator=self.generator, dtype=F64) < self.miss
+            aim = torch.stack([angle.cos(), angle.sin(), torch.zeros_like(angle)], 1) * MISS_OFFSET
+            self.aim[fresh] = aim * missed[:, None]
 
     def __call__(self, obs) -> torch.Tensor:
+        """The executed action (noise and a missed grasp's aim-off in it); ``self.label`` the same without them, the
+        action a demonstration records (DART: the states the perturbations lead to, labelled with the expert's
+        correction)."""
         self._restart()
         target, yaw, gripper = self.plan()
         c = self.env.controller
         pos, rot = c.ee_pose()
         want = self.orientation(yaw, rot)
-        dp = self.gain * (target - pos) / c.max_translation
         dw = rotation_error(want, rot) / c.max_rotation
-        action = torch.cat([dp, dw, gripper[:, None]], 1)
+        label = torch.cat([self.gain * (target - pos) / c.max_translation, dw, gripper[:, None]], 1)
+        aimed = (self.phase >= 1) & (self.phase <= 2)  # the descent and the grasp go to the aimed-off point
+        action = torch.cat([self.gain * (target + self.aim * aimed[:, None] - pos) / c.max_translation, dw,
+                            gripper[:, None]], 1)
         action = action + self.action_noise * torch.randn(action.shape, generator=self.generator, dtype=F64)
         self.timer += 1
+        self.label = label.clamp(-1.0, 1.0).float()
         return action.clamp(-1.0, 1.0).float()
 
     def orientation(self, yaw: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
@@ -87,8 +108,10 @@ class ReachExpert(Expert):
 
 
 class PickExpert(Expert):
-    """Approach above the object, descend, close, lift, carry over the goal, lower, open."""
+    """Approach above the object, descend, close, lift, carry over the goal, lower, open; a grasp that shut on nothing
+    or an object dropped on the way starts over."""
 
+    min_hold = 2 * CUBE - 0.01  # [m] fingers closed narrower than this hold no cube (a grasp of it: ~4.1 cm)
     grasp_height = 0.0  # [m] grip point above the object's centre at the grasp
     place_clearance = 0.004  # [m] the object's centre above its goal when it is let go
     xy_tolerance = 0.005  # [m] the object over its goal in the table plane before it is lowered
@@ -109,8 +132,12 @@ class PickExpert(Expert):
         yaw = self.grasp_yaw(obj_rot, grip_rot)
         held = grip - obj  # the grip point relative to the object while carrying
         p = self.phase
-        # dropped on the way (the object back on the table, away from the fingers): start over
-        self.phase[(p >= 3) & (p <= 5) & (held.norm(dim=1) > 0.03)] = 0
+        # dropped on the way (the object back on the table, away from the fingers), or the fingers closed past it:
+        # start over (with the aim of the next grasp on the object)
+        lost = ((p >= 3) & (p <= 5) & (held.norm(dim=1) > 0.03)) | \
+            ((p == 2) & (self.timer >= CLOSE_STEPS) & (env.finger_opening() < self.min_hold))
+        self.phase[lost] = 0
+        self.aim[lost] = 0.0
         anchor = self.anchor(obj, obj_rot)  # the point of the object aligned over the goal
         # 0: above the object
         above = obj + up * ABOVE
@@ -119,7 +146,7 @@ class PickExpert(Expert):
         # 1: down to the grasp height
         at = obj + up * self.grasp_height
         target = torch.where((p == 1)[:, None], at, target)
-        self._advance((p == 1) & ((grip - at).norm(dim=1) < self.close_within))
+        self._advance((p == 1) & ((grip - at - self.aim).norm(dim=1) < self.close_within))  # where it aims
         # 2: close, finishing the descent on the way
         target = torch.where((p == 2)[:, None], at, target)
         gripper = torch.where(p >= 2, torch.ones_like(gripper), gripper)
@@ -157,6 +184,7 @@ class PegExpert(PickExpert):
     """The pick expert with a grasp near the peg's top and a slow, aligned descent into the hole."""
 
     default_noise = 0.01  # 0.3 mm per step: the hole leaves 1 mm a side
+    min_hold = 2 * PEG[0] - 0.006  # [m] (a grasp of the peg: ~2.1 cm)
     grasp_height = PEG[2] / 2  # [m] over the peg's centre: lower, the palm meets the peg's top; higher, the
     # fingertips meet the fixture before the success depth
     place_clearance = -0.01  # push 1 cm past the success depth
