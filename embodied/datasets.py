@@ -168,13 +168,15 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
         env = embodied.make_env(task, num_envs=num_envs, seed=seed, **(env_settings or {}))
     except TypeError as e:  # a setting the task's config does not have
         raise UserError(f"{task}: {e}") from None
+    knobs = {} if miss is None else {"miss": miss}
     if miss is not None and not 0.0 <= miss <= 1.0:
         raise UserError(f"miss is a fraction of the episodes, in [0, 1]; got {miss}")
     try:
-        act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed,
-                          **({} if miss is None else {"miss": miss}))
-    except TypeError:  # a knob this task's expert does not have
-        raise UserError(f"the {task} expert takes no miss setting") from None
+        act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed, **knobs)
+    except TypeError:
+        if not knobs:
+            raise
+        raise UserError(f"the {task} expert takes no miss setting (the pick experts do)") from None
     kept, played, succeeded = [], 0, 0
     # a suite of tasks (its envs report each episode's ``task_id``): the episodes spread round-robin over its
     # tasks, task k keeping episodes // T (+ 1 for the first episodes % T tasks)

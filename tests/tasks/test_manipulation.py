@@ -189,11 +189,12 @@ def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys, monkeypatch):
     assert set(episode.observations) == {"policy", "critic"}
     flat = read_transitions(out, ["policy", "critic"])
     assert flat["state"].shape[0] == summary["steps"]
-    # one line and status 2: an existing dataset, a task without an expert
+    # one line and status 2: an existing dataset, a task without an expert, a miss fraction outside [0, 1]
     assert main(["collect-demos", "--task", "push-to-goal", "--episodes", "2", "--out", str(out)]) == 2
     assert main(["collect-demos", "--task", "pendulum", "--episodes", "2", "--out", str(tmp_path / "x")]) == 2
+    assert main(["collect-demos", "--task", "pick-place", "--miss", "1.5", "--out", str(tmp_path / "y")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "exists" in err[0] and "no scripted expert" in err[1]
+    assert len(err) == 3 and "exists" in err[0] and "no scripted expert" in err[1] and "in [0, 1]" in err[2]
 
 
 # a per-step MLP; an action-chunked policy (4 predicted, 2 executed); the same chunks from a flow-matching head
