@@ -253,6 +253,9 @@ class ProgramModule(nn.Module):
             elif op.kind == "image_features":
                 for k, v in op.arrays.items():
                     self.register_buffer(f"{name}_{k}", torch.from_numpy(v))
+            elif op.kind == "residual_add":  # a number or one per entry: buffers follow the module's device
+                for k in ("scale", "limit"):
+                    self.register_buffer(f"{name}_{k}", torch.tensor(op.attrs[k], dtype=torch.float32))
             self.steps.append((op.kind, name))
         self.attrs = [dict(op.attrs) for op in ops]
 
@@ -268,7 +271,7 @@ class ProgramModule(nn.Module):
             elif kind == "add_saved":
                 x = saved[int(attrs["index"])] + x
             elif kind == "residual_add":
-                scale, lim = (torch.tensor(attrs[k], dtype=x.dtype) for k in ("scale", "limit"))
+                scale, lim = getattr(self, f"{name}_scale"), getattr(self, f"{name}_limit")
                 x = (saved[int(attrs["index"])] + torch.clamp(scale * x, -lim, lim)).clamp(-1.0, 1.0)
             elif kind == "dense":
                 x = getattr(self, name)(x)

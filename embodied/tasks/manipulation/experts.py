@@ -73,10 +73,9 @@ class Expert:
         want = self.orientation(yaw, rot)
         dw = rotation_error(want, rot) / c.max_rotation
         label = torch.cat([self.gain * (target - pos) / c.max_translation, dw, gripper[:, None]], 1)
+        action = label + self.action_noise * torch.randn(label.shape, generator=self.generator, dtype=F64)
         aimed = (self.phase >= 1) & (self.phase <= 2)  # the descent and the grasp go to the aimed-off point
-        action = torch.cat([self.gain * (target + self.aim * aimed[:, None] - pos) / c.max_translation, dw,
-                            gripper[:, None]], 1)
-        action = action + self.action_noise * torch.randn(action.shape, generator=self.generator, dtype=F64)
+        action[:, :3] += self.gain * self.aim * aimed[:, None] / c.max_translation
         self.timer += 1
         self.label = label.clamp(-1.0, 1.0).float()
         return action.clamp(-1.0, 1.0).float()
