@@ -233,3 +233,31 @@ def test_an_object_off_the_table_ends_the_episode_as_a_failure():
             break
     assert bool(term[0]) and info["final_info"]["success"][0] == 0.0 and float(reward[0]) < -5.0
     assert not bool(term[1])
+
+
+def test_a_tipped_peg_ends_the_episode_as_a_failure():
+    """A peg lying on the table is lost (``tip_limit``, 60 degrees): the episode fails there with the drop's cost; one
+    tilted less than that goes on, and ``tip_limit=90`` turns the rule off."""
+    import embodied
+    from embodied.tasks.manipulation.tabletop import PEG
+
+    def tilt(env, row, angle):  # the peg about the x axis by ``angle`` [rad], its centre where it lies or stands
+        a = env.obj_qpos
+        q = env.sim.qpos
+        q[row, a + 2] = PEG[0] if angle > 1.0 else PEG[2]
+        q[row, a + 3:a + 7] = torch.tensor([math.cos(angle / 2), math.sin(angle / 2), 0.0, 0.0], dtype=torch.float64)
+        env.sim.qvel[row] = 0.0
+        env.sim.batch.forward()
+
+    env = embodied.make_env("peg-insert", num_envs=3, seed=0)
+    env.reset(seed=0)
+    tilt(env, 0, math.pi / 2)  # lying down
+    tilt(env, 1, math.radians(50))  # leaning, within the limit (it may fall over later; only the first step counts)
+    _, reward, term, _, info = env.step(OPEN.expand(3, -1))
+    assert term.tolist() == [True, False, False] and info["final_info"]["success"][0] == 0.0
+    assert float(reward[0]) < -9.0 and float(info["log"]["dropped"]) > 0
+    env = embodied.make_env("peg-insert", num_envs=1, seed=0, tip_limit=90.0)
+    env.reset(seed=0)
+    tilt(env, 0, math.pi / 2)
+    _, _, term, _, _ = env.step(OPEN)
+    assert not bool(term[0])

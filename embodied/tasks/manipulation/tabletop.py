@@ -12,6 +12,8 @@ around the workspace (``distractors``, 0-4), which the observations leave out.""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -86,6 +88,10 @@ class PegInsertConfig(TabletopConfig):
     object_yaw: float = 0.0  # the hole's sides are axis-aligned; the peg starts aligned with them
     insert_depth: float = 0.02  # [m] the peg's bottom at least this far below the fixture's top
     align_tolerance: float = 0.004  # [m] the peg's axis within this of the hole's, in the table plane
+    # [deg] a peg tipped further than this from upright is lost (the episode fails there, with the drop's cost):
+    # lying down it cannot be grasped from above again, and an episode that goes on only dilutes the learner's
+    # signal (a BC base on 50 demos: 83 of its 97 failures in 100 episodes ended lying down); >= 90: only off the table
+    tip_limit: float = 60.0
 
 
 def _place_upright(qpos: torch.Tensor, adr: int, xy: torch.Tensor, z: float, yaw: torch.Tensor) -> None:
@@ -240,12 +246,16 @@ class TabletopEnv(ManagedVecEnv):
         self.succeeded = success.clone()  # reset clears it in place; the returned flags must stay
         metrics = {"success_rate": success.to(F64)}
         ended = success
-        if self.object_name is not None:  # the object off the table: the episode fails there
-            dropped = self.xpos[:, self.obj_body, 2] < -0.05
+        if self.object_name is not None:  # the object lost (off the table; a task may add more): the episode fails
+            dropped = self._lost()
             terms["dropped"] = -self.cfg.success_bonus * dropped.to(F64)
             metrics["dropped"] = dropped.to(F64)
             ended = success | dropped
         return StepTerms(terms, ended, metrics)
+
+    def _lost(self) -> torch.Tensor:
+        """``[N]`` bool: the object can no longer be brought to the goal (here: off the table)."""
+        return self.xpos[:, self.obj_body, 2] < -0.05
 
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"success": self.succeeded.float()}
@@ -382,6 +392,12 @@ class PegInsertEnv(TabletopEnv):
         depth = (pos[:, 2] - self.goal[:, 2]).clamp_min(0.0) * (align < 0.02)  # counted once over the hole
         inserted = (align < self.cfg.align_tolerance) & (pos[:, 2] <= self.goal[:, 2] + 1e-4)
         return {"reach": -0.5 * reach, "align": -align, "insert": -depth}, inserted
+
+    def _lost(self) -> torch.Tensor:
+        if self.cfg.tip_limit >= 90:
+            return super()._lost()
+        axis_z = self.xmat[:, self.obj_body].reshape(-1, 3, 3)[:, 2, 2]  # the peg's long axis, vertical component
+        return super()._lost() | (axis_z < math.cos(math.radians(self.cfg.tip_limit)))
 
 
 TASKS = {"reach": (ReachEnv, ReachConfig), "push-to-goal": (PushEnv, PushConfig),
