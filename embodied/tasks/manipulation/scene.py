@@ -12,7 +12,8 @@ model compiles from a string in any working directory. Changes to the robot, all
 - stiffer joint servos (``kp`` 5000 / 1000 for the shoulder / forearm joints instead of 870 / 120, joint damping
   60 / 6 instead of 100 / 10): the kitchen's servos covered a third of a 2 cm end-effector step in one 50 ms
   control period, these cover it (force limits unchanged);
-- the base link does not collide with the table it stands on.
+- the base link does not collide with the table it stands on;
+- a task may squeeze harder (``SceneSpec.finger_kp``; peg-insert: 2000, 20 N a finger on the 2 cm peg).
 
 World frame: the table top is the plane z = 0 (the floor 0.8 m below), the robot base at the origin, x points
 away from the robot.
@@ -101,6 +102,9 @@ class Marker:
 class SceneSpec:
     objects: list = field(default_factory=list)  # Box and Marker, in order
     table_half: tuple[float, float] = (0.6, 0.6)  # [m] the table top around (0.45, 0)
+    # the finger servos' stiffness [N/m]: closed on an object of width w, each finger squeezes with finger_kp * w / 2
+    # (the Franka Hand grasps with a commanded force, up to its 70 N limit, which stays); the kitchen model's 500
+    finger_kp: float = 500.0
 
 
 def _v(values) -> str:
@@ -126,6 +130,7 @@ def build_mjcf(spec: SceneSpec) -> str:
     assets = assets.replace('<joint damping="100"/>', '<joint damping="60"/>', 1)
     assets = assets.replace('<joint damping="10"/>', '<joint damping="6"/>', 1)
     actuators = _inner("actuator.xml").replace('kp="870"', 'kp="5000"').replace('kp="120"', 'kp="1000"')
+    actuators = actuators.replace('kp="500" forcerange="-70 70"', f'kp="{spec.finger_kp:g}" forcerange="-70 70"')
     tx, ty = spec.table_half
     objects = "\n".join(o.xml() for o in spec.objects)
     return f"""<mujoco model="tabletop">
