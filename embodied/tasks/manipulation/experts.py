@@ -212,7 +212,8 @@ class PegExpert(PickExpert):
 
     def noise_std(self) -> torch.Tensor:
         inserting = (self.phase >= 5) | ((self.phase == 4) & self.near)  # aligning over the hole, lowered into it
-        return torch.where(inserting, min(float(self.action_noise), self.insert_noise), float(self.action_noise)).to(F64)
+        fine = min(float(self.action_noise), self.insert_noise)
+        return torch.where(inserting, fine, float(self.action_noise)).to(F64)
 
     def anchor(self, obj, obj_rot):
         return obj - obj_rot[:, :, 2] * PEG[2]  # the bottom face's centre: a tilted peg enters with it first

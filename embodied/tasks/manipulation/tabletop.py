@@ -13,7 +13,6 @@ around the workspace (``distractors``, 0-4), which the observations leave out.""
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 import gymnasium as gym
