@@ -203,6 +203,10 @@ class PegExpert(PickExpert):
     place_clearance = -0.01  # push 1 cm past the success depth
     xy_tolerance = 0.001
 
+    def __init__(self, env, **kwargs):
+        super().__init__(env, **kwargs)
+        self.near = torch.zeros(env.num_envs, dtype=torch.bool)  # [N] over the hole (``plan`` sets it)
+
     def plan(self):
         out = super().plan()
         obj, obj_rot = self.env.object_pose()
@@ -213,7 +217,7 @@ class PegExpert(PickExpert):
     def noise_std(self) -> torch.Tensor:
         inserting = (self.phase >= 5) | ((self.phase == 4) & self.near)  # aligning over the hole, lowered into it
         fine = min(float(self.action_noise), self.insert_noise)
-        return torch.where(inserting, fine, float(self.action_noise)).to(F64)
+        return torch.where(inserting, torch.tensor(fine, dtype=F64), torch.tensor(float(self.action_noise), dtype=F64))
 
     def anchor(self, obj, obj_rot):
         return obj - obj_rot[:, :, 2] * PEG[2]  # the bottom face's centre: a tilted peg enters with it first
