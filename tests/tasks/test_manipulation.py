@@ -136,7 +136,7 @@ def test_peg_expert_jitters_coarsely_away_from_the_hole_and_finely_over_it():
     act = expert(env, seed=0)
     act(obs)
     act.phase[:] = torch.tensor([0, 4, 4, 5])
-    act.near = torch.tensor([True, False, True, False])
+    act.off_goal = torch.tensor([0.005, 0.02, 0.005, 0.02], dtype=torch.float64)  # near_hole: 0.01
     assert act.noise_std().tolist() == [0.05, 0.05, 0.01, 0.01]
     assert expert(env, action_noise=0.005).noise_std().tolist() == [0.005] * 4  # never more than asked for
     n = 512

@@ -124,6 +124,11 @@ class PickExpert(Expert):
     # the descent) and closed (the first of the grasp), and a cloned policy comes to rest there with open fingers
     close_within = 0.012
 
+    def __init__(self, env, **kwargs):
+        super().__init__(env, **kwargs)
+        # [m] the object's aligned point from its goal in the table plane, as of the last ``plan``
+        self.off_goal = torch.full((env.num_envs,), math.inf, dtype=F64)
+
     def plan(self):
         env = self.env
         grip, grip_rot = env.controller.ee_pose()
@@ -145,6 +150,7 @@ class PickExpert(Expert):
         self.phase[lost] = 0
         self.aim[lost] = 0.0
         anchor = self.anchor(obj, obj_rot)  # the point of the object aligned over the goal
+        self.off_goal = (anchor[:, :2] - goal[:, :2]).norm(dim=1)
         # 0: above the object
         above = obj + up * ABOVE
         target = torch.where((p == 0)[:, None], above, target)
@@ -165,7 +171,7 @@ class PickExpert(Expert):
         to_anchor = grip[:, :2] - anchor[:, :2]
         over = torch.cat([goal[:, :2] + to_anchor, torch.full((n, 1), CARRY, dtype=F64)], 1)
         target = torch.where((p == 4)[:, None], over, target)
-        self._advance((p == 4) & ((anchor[:, :2] - goal[:, :2]).norm(dim=1) < self.xy_tolerance))
+        self._advance((p == 4) & (self.off_goal < self.xy_tolerance))
         # 5: lower onto / into the goal, correcting the alignment on the way
         lower = torch.cat([goal[:, :2] + to_anchor, goal[:, 2:] + held[:, 2:] + self.place_clearance], 1)
         target = torch.where((p == 5)[:, None], lower, target)
@@ -203,19 +209,9 @@ class PegExpert(PickExpert):
     place_clearance = -0.01  # push 1 cm past the success depth
     xy_tolerance = 0.001
 
-    def __init__(self, env, **kwargs):
-        super().__init__(env, **kwargs)
-        self.near = torch.zeros(env.num_envs, dtype=torch.bool)  # [N] over the hole (``plan`` sets it)
-
-    def plan(self):
-        out = super().plan()
-        obj, obj_rot = self.env.object_pose()
-        goal = self.goal_target() + self.offset
-        self.near = (self.anchor(obj, obj_rot)[:, :2] - goal[:, :2]).norm(dim=1) < self.near_hole
-        return out
-
     def noise_std(self) -> torch.Tensor:
-        inserting = (self.phase >= 5) | ((self.phase == 4) & self.near)  # aligning over the hole, lowered into it
+        near = self.off_goal < self.near_hole
+        inserting = (self.phase >= 5) | ((self.phase == 4) & near)  # aligning over the hole, lowered into it
         fine = min(float(self.action_noise), self.insert_noise)
         return torch.where(inserting, torch.tensor(fine, dtype=F64), torch.tensor(float(self.action_noise), dtype=F64))
 
