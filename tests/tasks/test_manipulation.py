@@ -267,6 +267,7 @@ def test_a_tipped_peg_ends_the_episode_as_a_failure():
     """A peg lying on the table is lost (``tip_limit``, 60 degrees): the episode fails there with the drop's cost; one
     tilted less than that goes on, and ``tip_limit=90`` turns the rule off."""
     import embodied
+    from embodied.core.errors import UserError
     from embodied.tasks.manipulation.tabletop import PEG
 
     def tilt(env, row, angle):  # the peg about the x axis by ``angle`` [rad], its centre where it lies or stands
@@ -289,3 +290,5 @@ def test_a_tipped_peg_ends_the_episode_as_a_failure():
     tilt(env, 0, math.pi / 2)
     _, _, term, _, _ = env.step(OPEN)
     assert not bool(term[0])
+    with pytest.raises(UserError, match="tip_limit"):  # every peg would be lost at once
+        embodied.make_env("peg-insert", num_envs=1, tip_limit=0.0)

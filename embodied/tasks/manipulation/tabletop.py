@@ -365,6 +365,11 @@ class PegInsertEnv(TabletopEnv):
     object_name = "peg"
     object_start, goal_start = (0.5, -0.12), (0.5, 0.12)
 
+    def __init__(self, cfg: PegInsertConfig, num_envs: int, device="cpu", seed: int = 0):
+        if not cfg.tip_limit > 0:  # 0 or less: every peg, upright or not, would be lost at the first step
+            raise UserError(f"tip_limit is an angle in degrees > 0 (>= 90: no tip rule), got {cfg.tip_limit}")
+        super().__init__(cfg, num_envs, device, seed)
+
     def scene(self) -> SceneSpec:
         hx, hy = self.goal_start
         half_hole = PEG[0] + HOLE_CLEARANCE / 2
