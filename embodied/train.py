@@ -71,6 +71,7 @@ def build(cfg: RunConfig, run_dir: Path):
             raise UserError(f"{cfg.algo}: {e}") from None
         if cfg.init:
             warm_start(algo.actor(), cfg.init)
+            algo.actor_loaded()
     except BaseException:
         collector.close()
         raise

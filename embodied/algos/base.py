@@ -128,6 +128,10 @@ class Algorithm(abc.ABC):
     def actor(self) -> nn.Module:
         """The actor whose ``act(obs)`` is the deterministic, exportable policy."""
 
+    def actor_loaded(self) -> None:  # noqa: B027  (a hook: most learners keep no copy of the actor)
+        """The actor's weights were replaced from outside (``init=RUN``): copies derived from it follow (a target
+        actor). Nothing to do for a learner that keeps none."""
+
     @abc.abstractmethod
     def state_dict(self) -> dict: ...
 

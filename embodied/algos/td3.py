@@ -47,6 +47,10 @@ class TD3(OffPolicyAlgorithm):
         self._redraw_noise(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         return actor
 
+    def actor_loaded(self) -> None:
+        # a warm-started actor's target starts as that actor, not as the random one it was copied from at build
+        self.pi_target.load_state_dict(self.pi.state_dict())
+
     def _redraw_noise(self, envs: torch.Tensor) -> None:
         lo, hi = self.cfg.exploration_noise, self.cfg.exploration_noise_max
         if hi is None or not bool(envs.any()):
@@ -77,6 +81,10 @@ class TD3(OffPolicyAlgorithm):
         actor_step = self._actor_step()
         delayed = (self.num_updates + 1) % cfg.actor_every == 0  # the targets' cadence (also during a burn-in)
         with torch.no_grad():
+            # the target actor's weights trail the actor's; its input scaling (the normalizer's statistics,
+            # buffers that Polyak averaging does not touch) is the actor's own: the rows are the actor's inputs
+            for t, src in zip(self.pi_target.buffers(), self.pi.buffers()):
+                t.copy_(src)
             next_mu = self.pi_target(b["next_obs"])
             eps = torch.randn(next_mu.shape, generator=self.generator, device=self.device) * cfg.target_noise
             next_a = (next_mu + eps.clamp(-cfg.target_noise_clip, cfg.target_noise_clip)).clamp(-1.0, 1.0)

@@ -484,6 +484,29 @@ def test_td3_target_actor_loss_and_delayed_targets():
         torch.testing.assert_close(p_t, p_old + 0.1 * (p_new - p_old), rtol=1e-6, atol=1e-7)
 
 
+def test_td3_target_actor_scales_its_inputs_as_the_actor_and_follows_a_warm_start():
+    """Polyak averaging moves the target actor's weights only; its observation normalizer's statistics (buffers)
+    are the actor's at every gradient step (they were the initial zeros/ones forever), and a warm-started actor
+    (``init=RUN``: ``actor_loaded``) is its own target from the start."""
+    from embodied.policies import update_normalizer
+
+    cfg = TD3Config(batch_size=4, warmup_steps=0, buffer_size=16, actor_every=2)
+    obs_space, act_space = spaces(2, 1)
+    algo = TD3(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+               torch.device("cpu"), seed=0)
+    fill_tiny_buffer(algo)
+    update_normalizer(algo.pi, torch.arange(20.0).reshape(10, 2))  # mean (9, 10), var 33
+    algo._gradient_step()  # a critic-only step: the target's weights stay, its input scaling is the actor's
+    assert algo.pi_target.normalizer.mean.tolist() == [9.0, 10.0]
+    torch.testing.assert_close(algo.pi_target.normalizer.var, algo.pi.normalizer.var, rtol=0, atol=0)
+    with torch.no_grad():
+        for p in algo.pi.parameters():
+            p.add_(1.0)  # weights from elsewhere (a warm start)
+    algo.actor_loaded()
+    x = torch.randn(5, 2)
+    torch.testing.assert_close(algo.pi_target(x), algo.pi(x), rtol=0, atol=0)
+
+
 def test_td3_exploration_stays_in_action_space():
     cfg = TD3Config(warmup_steps=0, exploration_noise=5.0)
     obs_space, act_space = spaces(2, 1)
