@@ -8,7 +8,11 @@ For a task T (pendulum by default):
 - ``random``: uniform random actions on the evaluation env (R_random);
 - ``dream``: ``embodied train --task wm:T env.mode=dream total_steps=B``: B real steps only fit the model, SAC
   learns only from imagined rollouts; evaluated on the real task (R_dream). Then ``embodied wm-report`` on it;
-- ``dyna``: the same with ``env.mode=dyna`` (SAC also learns from the B real steps).
+- ``dyna``: the same with ``env.mode=dyna`` (SAC also learns from the B real steps);
+- ``dream-long``: ``dream``'s policy trained on in ``dream``'s final model (fitted on all B real steps) for
+  ``--long-steps`` more imagined steps, no real step: ``embodied train --task wm:T env.model=DREAM_RUN init=DREAM_RUN``
+  (its actor warm-started, a fresh critic learning the actor's values for ``--burn-in`` imagined steps before the
+  actor moves). Still a policy trained only in a model of B real steps: imagination costs compute, not samples.
 
 Score = (R_dream - R_random) / (R_real(B) - R_random), R_real(B) the real learner's evaluation at B. Resumable: one
 JSON per (variant, task, seed) under ``--out``; finished ones are skipped (``--force`` redoes them).
@@ -40,10 +44,15 @@ REAL = {"pendulum": ["algo=sac", "num_envs=4", "total_steps=20000", "sac.updates
                         "sac.warmup_steps=5000", "policy.actor_hidden=[256,256]", "policy.critic_hidden=[256,256]",
                         "policy.activation=relu", "policy.obs_normalization=true", "log.eval_every=10000",
                         "log.eval_episodes=10", "log.checkpoint_every=0"]}
+ALGO = {"pendulum": "sac", "quadrotor-hover": "td3", "halfcheetah": "sac"}  # configs/wm-<task>.yaml's learner
+LONG_ENVS = 128  # dream-long: model envs (the imagined rollouts of configs/wm-quadrotor-hover.yaml)
 # the rest from configs/wm-<task>.yaml
 MODEL = {"pendulum": ["log.eval_every=1000", "log.eval_episodes=20"],
          "quadrotor-hover": ["log.eval_every=10000", "log.eval_episodes=100"],
          "halfcheetah": ["log.eval_every=5000", "log.eval_episodes=10", "log.checkpoint_every=0"]}
+
+
+VARIANTS = ("real", "random", "dream", "dyna", "dream-long")
 
 
 def _train(args: list[str], run_dir: Path, timeout_s: float) -> tuple[dict, float, list[dict]]:
@@ -119,14 +128,28 @@ def run_model(task: str, mode: str, seed: int, steps: int, out: Path, timeout_s:
             if open_loop else report.stderr.strip()[-300:]}
 
 
+def run_dream_long(task: str, seed: int, steps: int, burn_in: int, out: Path, timeout_s: float) -> dict:
+    dream = out / "runs" / f"dream_{task}_seed{seed}"
+    run_dir = out / "runs" / f"dream-long_{task}_seed{seed}"
+    algo = ALGO[task]
+    summary, wall, evals = _train(["--task", f"wm:{task}", f"seed={seed}", f"env.model={dream}", f"init={dream}",
+                                   f"num_envs={LONG_ENVS}", f"total_steps={steps}", f"{algo}.warmup_steps=0",
+                                   f"{algo}.critic_burn_in={burn_in}", *MODEL[task], f"log.eval_every={steps // 20}"],
+                                  run_dir, timeout_s)
+    return {"summary": summary, "process_wall_s": round(wall, 1), "imagined_steps": steps,
+            "curve": [(r["step"], _score(r), round(r["time/wall_s"], 1)) for r in evals]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", nargs="*", default=["pendulum"], choices=list(REAL))
     ap.add_argument("--seeds", type=int, nargs="*", default=[0])
-    ap.add_argument("--variants", nargs="*", default=["real", "random", "dream", "dyna"])
+    ap.add_argument("--variants", nargs="*", default=["real", "random", "dream", "dyna"], choices=VARIANTS)
     ap.add_argument("--timeout-s", type=float, default=3600.0)
     ap.add_argument("--out", default="bench_results/world_model")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--long-steps", type=int, default=1_000_000, help="dream-long: imagined env steps")
+    ap.add_argument("--burn-in", type=int, default=50_000, help="dream-long: imagined steps of critic-only learning")
     ap.add_argument("--real-from", type=Path, help="a finished run of the real learner with the settings of REAL "
                     "(one task and seed), used as the 'real' variant instead of training it again")
     args = ap.parse_args()
@@ -137,7 +160,7 @@ def main() -> None:
     for task in args.tasks:
         for seed in args.seeds:
             done = {}
-            for variant in ["real", "random", "dream", "dyna"]:
+            for variant in VARIANTS:
                 path = out / f"{variant}_{task}_seed{seed}.json"
                 if path.exists() and not (args.force and variant in args.variants):
                     done[variant] = json.loads(path.read_text())
@@ -149,6 +172,11 @@ def main() -> None:
                     result = read_real(args.real_from) if args.real_from else run_real(task, seed, out, args.timeout_s)
                 elif variant == "random":
                     result = run_random(task, seed)
+                elif variant == "dream-long":
+                    if "dream" not in done:
+                        print(f"skipping dream-long {task} seed {seed}: no dream run yet", file=sys.stderr)
+                        continue
+                    result = run_dream_long(task, seed, args.long_steps, args.burn_in, out, args.timeout_s)
                 else:
                     steps = budget(done["real"], done["random"].get("eval/success", done["random"]["eval/return"]))
                     result = run_model(task, variant, seed, steps, out, args.timeout_s)
@@ -157,7 +185,7 @@ def main() -> None:
     summary = {"bench": "world_model", "machine": machine_info(), "runs": []}
     for task in args.tasks:
         for seed in args.seeds:
-            files = {v: out / f"{v}_{task}_seed{seed}.json" for v in ("real", "random", "dream", "dyna")}
+            files = {v: out / f"{v}_{task}_seed{seed}.json" for v in VARIANTS}
             if not all(files[v].exists() for v in ("real", "random", "dream")):
                 continue
             r = {v: json.loads(p.read_text()) for v, p in files.items() if p.exists()}
@@ -167,11 +195,14 @@ def main() -> None:
             row = {"task": task, "seed": seed, "budget_real_steps": b, "R_random": rand, "R_real_at_budget": real_at_b,
                    "R_real_final": r["real"]["curve"][-1][1], "real_wall_s_to_budget":
                    next(w for step, _, w in r["real"]["curve"] if step == b)}
-            for mode in [m for m in ("dream", "dyna") if m in r]:
+            for mode in [m for m in ("dream", "dyna", "dream-long") if m in r]:
                 final = r[mode]["curve"][-1][1]
                 row[f"R_{mode}"] = final
                 row[f"{mode}_to_real_score"] = (final - rand) / (real_at_b - rand)
                 row[f"{mode}_wall_s"] = r[mode]["process_wall_s"]
+                if mode == "dream-long":
+                    row["dream-long_imagined_steps"] = r[mode]["imagined_steps"]
+                    continue
                 ol = r[mode]["open_loop"]
                 row[f"{mode}_open_loop_nmse"] = {h: v["nmse"] for h, v in ol["horizons"].items()} \
                     if isinstance(ol, dict) else ol
