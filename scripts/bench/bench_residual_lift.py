@@ -5,7 +5,7 @@
 - ``residual``: ``embodied train algo=residual-ppo base=BC_RUN`` for ``--steps`` env steps;
 - ``residual-sac``: ``embodied train algo=residual-sac base=BC_RUN`` (16 envs) for the same env steps;
 - ``residual-bundle``: residual-sac over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
-  ``base=BUNDLE``): the base known only as its ONNX graph;
+  ``base=BUNDLE``): the base known only as its ONNX graph; ``residual-ppo-bundle``: residual-ppo over it;
 - ``scratch``: ``embodied train algo=ppo`` for the same env steps;
 
 each scored by ``embodied eval --run R --episodes 100`` (success rate; with ``--keep-best EVERY`` the RL variants
@@ -32,7 +32,9 @@ from _machine import emit, machine_info, run_json  # noqa: E402
 COMMON = ["log.progress=false", "log.eval_every=0", "log.checkpoint_every=0", "torch_threads=2"]
 VARIANTS = {"bc": [], "residual": ["algo=residual-ppo", "num_envs=64"],
             "residual-sac": ["algo=residual-sac", "num_envs=16"],
-            "residual-bundle": ["algo=residual-sac", "num_envs=16"], "scratch": ["algo=ppo", "num_envs=64"]}
+            "residual-bundle": ["algo=residual-sac", "num_envs=16"],
+            "residual-ppo-bundle": ["algo=residual-ppo", "num_envs=64"], "scratch": ["algo=ppo", "num_envs=64"]}
+BUNDLED = ("residual-bundle", "residual-ppo-bundle")  # the base given as BC's ONNX bundle
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
@@ -95,7 +97,7 @@ def main() -> None:
                         print(f"skipping {variant} {tag}: no bc run yet", file=sys.stderr)
                         continue
                     export_wall = 0.0
-                    if variant == "residual-bundle":  # BC as a bundle: only its ONNX graph reaches the learner
+                    if variant in BUNDLED:  # BC as a bundle: only its ONNX graph reaches the learner
                         bundle = out / "runs" / f"bcbundle_{tag}"
                         shutil.rmtree(bundle, ignore_errors=True)
                         _, export_wall = _run(["embodied", "export", "--run", str(bc_run), "--format", "onnx",
@@ -120,7 +122,7 @@ def main() -> None:
     pipeline = {}
     for task in args.tasks:
         for seed in args.seeds:
-            for residual in ("residual", "residual-sac", "residual-bundle"):
+            for residual in ("residual", "residual-sac", *BUNDLED):
                 files = [out / f"{v}_{task}_seed{seed}.json" for v in ("bc", residual)]
                 if all(f.exists() for f in files):
                     bc, res = (json.loads(f.read_text()) for f in files)
