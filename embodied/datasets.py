@@ -2,10 +2,13 @@
 and behaviour-cloning tools share it). A dataset is a directory Minari reads (``MinariDataset(path)``): episodes
 of observations (``T + 1`` rows, the final one included), actions, rewards, terminations and truncations.
 Observations are the task's observation groups (a ``Dict`` space); a dataset from elsewhere with a flat ``Box``
-observation reads as the ``"policy"`` group."""
+observation reads as the ``"policy"`` group. A group with camera entries (quantized image terms, ``core/pixels.py``)
+is stored as two keys, ``GROUP`` (its other entries, float32) and ``GROUP_pixels`` (uint8), recorded in the
+metadata ``pixels`` (JSON: the packer of each such group); readers get the group's floats back exactly."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gymnasium as gym
@@ -13,28 +16,59 @@ import numpy as np
 import torch
 
 from embodied.core.errors import UserError
+from embodied.core.pixels import PixelPacker
 
 
 def write_minari(path: str | Path, episodes: list[dict], observation_space: gym.spaces.Dict,
-                 action_space: gym.spaces.Space, dataset_id: str = "embodied/recorded-v0", **metadata) -> Path:
+                 action_space: gym.spaces.Space, dataset_id: str = "embodied/recorded-v0", layout=None,
+                 **metadata) -> Path:
     """Write ``episodes`` (dicts of numpy arrays: ``observations`` {group: [T+1, d]}, ``actions [T, a]``,
-    ``rewards``, ``terminations``, ``truncations`` ``[T]``) as a Minari dataset at ``path`` (a new directory)."""
+    ``rewards``, ``terminations``, ``truncations`` ``[T]``) as a Minari dataset at ``path`` (a new directory).
+    ``layout``: the task's; its quantized image terms are stored as uint8."""
     from minari.data_collector import EpisodeBuffer
     from minari.dataset.minari_storage import MinariStorage
 
     path = Path(path).resolve()  # Minari joins a relative data path onto itself when it sizes the dataset
     if path.exists() and any(path.iterdir()):
         raise UserError(f"{path} exists and is not empty; choose a new directory for the dataset")
+    packers = {k: p for k, s in observation_space.spaces.items()
+               if (p := PixelPacker.of(layout, k, s.shape[0])).packs}
+    if packers:
+        spaces = dict(observation_space.spaces)
+        for k, p in packers.items():
+            pixels = sum(s.stop - s.start for s in p.pixels)
+            spaces[k] = gym.spaces.Box(-np.inf, np.inf, (p.dim - pixels,), np.float32)
+            spaces[f"{k}_pixels"] = gym.spaces.Box(0, 255, (pixels,), np.uint8)
+        observation_space = gym.spaces.Dict(spaces)
+        metadata["pixels"] = json.dumps({k: p.to_json() for k, p in packers.items()})
     path.mkdir(parents=True, exist_ok=True)
     storage = MinariStorage.new(path / "data", observation_space=observation_space, action_space=action_space,
                                 data_format="hdf5")
     storage.update_metadata({"dataset_id": dataset_id, "minari_version": _minari_version(), **metadata})
-    buffers = [EpisodeBuffer(id=i, observations={k: np.asarray(v) for k, v in ep["observations"].items()},
+    buffers = [EpisodeBuffer(id=i, observations=_packed(ep["observations"], packers),
                              actions=np.asarray(ep["actions"]), rewards=list(ep["rewards"]),
                              terminations=list(ep["terminations"]), truncations=list(ep["truncations"]))
                for i, ep in enumerate(episodes)]
     storage.update_episodes(buffers)
     return path
+
+
+def _packed(observations: dict, packers: dict) -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in observations.items():
+        if k in packers:
+            out.update({name: part.numpy() for name, part in packers[k].pack(torch.as_tensor(v), k).items()})
+        else:
+            out[k] = np.asarray(v)
+    return out
+
+
+def _unpacked(observations: dict, packers: dict) -> dict:
+    out = {k: v for k, v in observations.items() if not any(k == f"{g}_pixels" for g in packers)}
+    for k, p in packers.items():
+        out[k] = p.unpack({k: torch.as_tensor(observations[k]), f"{k}_pixels": torch.as_tensor(
+            observations[f"{k}_pixels"])}, k).numpy()
+    return out
 
 
 def _minari_version() -> str:
@@ -56,6 +90,8 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
     try:
         dataset = MinariDataset(data_dir)
         episodes = list(dataset.iterate_episodes())
+        packers = {k: PixelPacker.from_json(v)
+                   for k, v in json.loads(dataset.storage.metadata.get("pixels", "{}")).items()}
     except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
         why = str(e).splitlines()[0] if str(e) else repr(e)
         raise UserError(f"cannot read the Minari dataset {path}: {why}") from None
@@ -65,6 +101,7 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
                                                           "initial")}
     for ep in episodes:
         obs = ep.observations if isinstance(ep.observations, dict) else {"policy": ep.observations}
+        obs = _unpacked(obs, packers) if packers else obs
         keys = groups or list(obs)
         missing = [k for k in keys if k not in obs]
         if missing:
@@ -202,8 +239,9 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
             break
     else:
         raise UserError(f"the {task} expert succeeded in {succeeded} of {played} episodes; {episodes} were asked for")
+    layout = env.layout()
     env.close()
-    write_minari(out, kept, env.single_observation_space, env.single_action_space,
+    write_minari(out, kept, env.single_observation_space, env.single_action_space, layout=layout,
                  dataset_id=f"embodied/{task}-expert-v0", task=task, expert_success_rate=succeeded / played,
                  expert_episodes=played)
     return {"dataset": str(out), "task": task, "episodes": len(kept), "expert_episodes": played,

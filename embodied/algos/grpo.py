@@ -26,6 +26,7 @@ from torch import nn
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition
 from embodied.algos.cotrain import DemoLoss
 from embodied.core.errors import UserError
+from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
 from embodied.policies import GaussianActor
 from embodied.policies.actor_critic import sample_action
@@ -98,6 +99,8 @@ class GRPO(Algorithm):
             self.pi = GaussianActor(obs_dim, act_dim, ctx.policy.actor_hidden, ctx.policy.activation,
                                     ctx.policy.obs_normalization, image=ctx.image("policy"))
         self.pi.to(self.device)
+        # rollouts keep camera entries as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), the rest as floats
+        self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
         self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(ctx.seed)
@@ -124,7 +127,7 @@ class GRPO(Algorithm):
         return seeds.repeat_interleave(self.cfg.group_size)
 
     def _new_rollout(self) -> None:
-        self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.steps: list[dict[str, torch.Tensor]] = []  # per step: packed obs, action, log_prob, valid
         self.ended = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.success = torch.zeros(self.num_envs, device=self.device)
 
@@ -145,7 +148,8 @@ class GRPO(Algorithm):
     @torch.no_grad()
     def observe(self, tr: Transition) -> None:
         valid = ~self.ended  # steps of each env's first episode in this rollout
-        self.steps.append((tr.obs["policy"], tr.action, tr.extras["log_prob"], valid.clone()))
+        self.steps.append({**self.packer.pack(tr.obs["policy"]), "action": tr.action,
+                           "log_prob": tr.extras["log_prob"], "valid": valid.clone()})
         done = (tr.terminated | tr.truncated) & valid
         if bool(done.any()):
             outcome = (tr.outcome or {}).get(self.success_key)
@@ -157,10 +161,11 @@ class GRPO(Algorithm):
     def _close_rollout(self) -> dict[str, float]:
         adv, keep = group_advantages(self.success, self.cfg.group_size)
         keep &= self.ended  # an episode cut short by the rollout's end has no outcome
-        obs, act, logp, valid = (torch.stack(x) for x in zip(*self.steps))  # [T, N, ...]
+        cols = {k: torch.stack([step[k] for step in self.steps]) for k in self.steps[0]}  # [T, N, ...]
+        valid = cols.pop("valid")
         mask = valid & keep[None]
         if bool(mask.any()):
-            self.pending.append({"obs": obs[mask], "action": act[mask], "log_prob": logp[mask],
+            self.pending.append({**{k: v[mask] for k, v in cols.items()},
                                  "advantage": adv[None].expand_as(mask)[mask]})
         g = self.cfg.group_size
         self._kept_groups += int(keep.sum()) // g
@@ -188,7 +193,7 @@ class GRPO(Algorithm):
             order = torch.randperm(n, generator=self.generator, device=self.device)
             for start in range(0, n, per_step):
                 idx = order[start:start + per_step]
-                dist = self.dist(batch["obs"][idx])
+                dist = self.dist(self.packer.unpack({k: v[idx] for k, v in batch.items() if k.startswith("obs")}))
                 logp = dist.log_prob(batch["action"][idx])  # [B, act_dim]
                 adv = batch["advantage"][idx][:, None]
                 surrogate = clipped_objective(logp, batch["log_prob"][idx], adv, self.cfg.clip_low,

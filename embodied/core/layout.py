@@ -39,6 +39,8 @@ class Term:
     history_len: int = 0  # history terms: how many past actions (size = history_len * action size)
     history_init: float = 0.0  # history terms: the value of every slot after a reset
     shape: tuple[int, ...] = ()  # image terms: (channels, height, width), size = their product, channel-major
+    # image terms: the values are uint8 pixels times 1/255 exactly (core/pixels.py), so a store may keep them as uint8
+    quantized: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
@@ -46,6 +48,8 @@ class Term:
             raise ValueError(f"term {self.name!r}: image shape {self.shape} must be (C, H, W) with C*H*W = size")
         if self.size < 1:
             raise ValueError(f"term {self.name!r}: size must be >= 1, got {self.size}")
+        if self.quantized and not self.shape:
+            raise ValueError(f"term {self.name!r}: only an image term (with a shape) holds quantized pixels")
         if self.source not in SOURCES:
             raise ValueError(f"term {self.name!r}: source must be one of {SOURCES}, got {self.source!r}")
 

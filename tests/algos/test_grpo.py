@@ -112,3 +112,46 @@ def test_dynamic_sampling_gives_up_waiting_after_max_fill_rollouts():
     assert "grpo/loss" not in out
     out = _rollout(algo, [1, 1, 1, 1])  # nothing pending after the fill limit: the update is skipped
     assert out.get("grpo/skipped_updates") == 1.0 and algo.num_updates == 1
+
+
+def test_rollouts_keep_camera_entries_as_uint8_and_learn_from_the_same_floats():
+    """A policy group with a quantized image term: the pending steps hold its pixels as uint8, and the update's
+    inputs are the observed floats exactly."""
+    import gymnasium as gym
+    import numpy as np
+
+    from embodied.algos.base import BuildContext, Transition
+    from embodied.algos.grpo import GRPO, GRPOConfig
+    from embodied.config import PolicyConfig
+    from tests.core.test_pixels import layout, observations
+
+    side = 36  # the CNN encoder's smallest image
+    dim = 3 + 6 * side * side + 2
+    ctx = BuildContext(gym.spaces.Dict({"policy": gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)}),
+                       gym.spaces.Box(-1, 1, (2,), np.float32), 4, torch.device("cpu"), 0, 1000,
+                       PolicyConfig(actor_hidden=[16]), layout=layout(side=side), success_metric="success")
+    algo = GRPO(GRPOConfig(group_size=2, batch_groups=2, num_epochs=1), ctx)
+    seen, inputs = [], []
+
+    def rollout(seed: int) -> dict:
+        algo.rollout_starts()
+        for t in range(3):
+            obs = {"policy": observations(4, seed=seed + t, side=side)}
+            seen.append(obs["policy"][:2])  # group 0's envs: the mixed group below
+            action, extras = algo.act(obs)
+            algo.observe(Transition(obs, action, torch.zeros(4), torch.full((4,), t == 2),
+                                    torch.zeros(4, dtype=torch.bool), obs, extras,
+                                    outcome={"success": torch.tensor([1.0, 0.0, 1.0, 1.0])}))
+        inputs.clear()  # the update's inputs only, not the rollout's
+        return algo.update()
+
+    assert "grpo/loss" not in rollout(0)  # one mixed group of two asked for: kept, waiting
+    pending = algo.pending[0]
+    assert pending["obs_pixels"].dtype == torch.uint8 and pending["obs"].shape == (6, 5)
+    assert torch.equal(algo.packer.unpack(pending), torch.stack(seen).reshape(6, dim))  # step-major
+    dist = algo.dist
+    algo.dist = lambda o: inputs.append(o) or dist(o)
+    out = rollout(10)
+    assert out["grpo/batch_steps"] == 12 and math.isfinite(out["grpo/loss"])
+    rows = torch.cat(inputs)
+    assert rows.shape == (12, dim) and all(any(torch.equal(r, e) for e in torch.cat(seen)) for r in rows)

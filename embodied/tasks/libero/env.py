@@ -28,6 +28,7 @@ import torch
 from embodied.core.base import ManagedVecEnv, StepTerms
 from embodied.core.errors import UserError
 from embodied.core.layout import ActionTerm, Layout, Term
+from embodied.core.pixels import pixels_to_float
 
 MAX_STEPS = {"libero_spatial": 220, "libero_object": 280, "libero_goal": 300, "libero_10": 520, "libero_90": 400}
 NOOP = np.array([0, 0, 0, 0, 0, 0, -1.0])  # hold still, gripper open (OpenVLA's settle action)
@@ -151,7 +152,7 @@ class LiberoEnv(ManagedVecEnv):
             cams = np.stack([np.stack([o["agentview_image"][::-1, ::-1], o["robot0_eye_in_hand_image"][::-1, ::-1]])
                              for o in self.last])  # [N, 2, H, W, 3]
             image = torch.from_numpy(np.ascontiguousarray(cams)).permute(0, 1, 4, 2, 3).reshape(self.num_envs, -1)
-            middle = image.float().mul_(1.0 / 255.0)
+            middle = pixels_to_float(image)
         else:
             middle = objects
         joints = torch.from_numpy(np.stack([o["robot0_joint_pos"] for o in self.last])).float()
@@ -181,7 +182,7 @@ class LiberoEnv(ManagedVecEnv):
                    Term("gripper_qpos", 2, "m"))
         size = self.cfg.image_size
         middle = (Term("cameras", 6 * size * size, "1", "", "agentview then wrist RGB in [0, 1]",
-                       shape=(6, size, size)),) if self.cfg.observation == "pixels" else \
+                       shape=(6, size, size), quantized=True),) if self.cfg.observation == "pixels" else \
             (Term("object_state", int(self.last[0]["object-state"].shape[0]), "", "", "LIBERO's object-state"),)
         text = Term("instruction", self.text.shape[1], "1", "", "MiniLM embedding", source="instruction")
         obs = {"policy": (*proprio, *middle, text),

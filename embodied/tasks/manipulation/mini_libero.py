@@ -43,6 +43,7 @@ import torch
 
 from embodied.core.errors import UserError
 from embodied.core.layout import ActionTerm, Layout, Term
+from embodied.core.pixels import pixels_to_float
 from embodied.core.registry import TaskSpec, register_task
 from embodied.tasks.manipulation.scene import Box, SceneSpec
 from embodied.tasks.manipulation.tabletop import CUBE, F64, TabletopConfig, TabletopEnv, _place_upright, rot6
@@ -289,7 +290,7 @@ class MiniLiberoEnv(TabletopEnv):
         text = self.instructions.embed(self.instruction_row)
         if self.renderer is not None:  # [N, cameras, H, W, 3] uint8 -> channel-major floats in [0, 1]
             images = self.renderer.render(self.sim)
-            image = images.permute(0, 1, 4, 2, 3).reshape(self.num_envs, -1).float().mul_(1.0 / 255.0)
+            image = pixels_to_float(images.permute(0, 1, 4, 2, 3).reshape(self.num_envs, -1))
             policy = torch.cat([proprio.float(), image, text], 1)
         else:
             policy = torch.cat([proprio.float(), objects.float(), text], 1)
@@ -346,7 +347,7 @@ class MiniLiberoEnv(TabletopEnv):
         text = Term("instruction", TEXT_DIM, "1", "", "MiniLM embedding of the instruction", source="instruction")
         size = self.cfg.image_size
         image = Term("cameras", 6 * size * size, "1", "", "agentview then wrist RGB in [0, 1], channel-major",
-                     shape=(6, size, size))
+                     shape=(6, size, size), quantized=True)
         action = (ActionTerm("ee_translation", 3, "m", scale=self.cfg.max_translation),
                   ActionTerm("ee_rotation", 3, "rad", scale=self.cfg.max_rotation),
                   ActionTerm("gripper", 1, "1", description="> 0 closes"))
