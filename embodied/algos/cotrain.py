@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from embodied.core.errors import UserError
+from embodied.core.pixels import PixelPacker
 
 
 class DemoLoss:
@@ -13,7 +14,7 @@ class DemoLoss:
     (the VLA's cross-entropy on bins), else the action MSE of its deterministic output."""
 
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
-                 what: str):
+                 what: str, layout=None):
         from embodied.algos.bc import chunk_targets
         from embodied.datasets import read_transitions
 
@@ -27,11 +28,15 @@ class DemoLoss:
                             f"has {obs_dim}")
         episode = torch.cumsum(data["initial"].long(), 0) - 1
         target = chunk_targets(data["action"].clamp(-1.0, 1.0), episode, getattr(policy, "horizon", 1))
-        self.obs, self.target = data["state"].to(device), target.to(device)
+        # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
+        self.packer = PixelPacker.of(layout, "policy", obs_dim)
+        self.obs, self.target = self.packer.pack(data["state"].to(device)), target.to(device)
+        self.num_steps = int(target.shape[0])
         self.batch_size = batch_size
 
     def __call__(self, policy: torch.nn.Module, generator: torch.Generator) -> torch.Tensor:
-        j = torch.randint(self.obs.shape[0], (self.batch_size,), generator=generator, device=self.obs.device)
+        j = torch.randint(self.num_steps, (self.batch_size,), generator=generator, device=self.target.device)
+        obs = self.packer.unpack({k: v[j] for k, v in self.obs.items()})
         if hasattr(policy, "bc_loss"):
-            return policy.bc_loss(self.obs[j], self.target[j])
-        return ((policy(self.obs[j]) - self.target[j][:, 0]) ** 2).mean()
+            return policy.bc_loss(obs, self.target[j])
+        return ((policy(obs) - self.target[j][:, 0]) ** 2).mean()

@@ -106,7 +106,8 @@ class GRPO(Algorithm):
         self.generator.manual_seed(ctx.seed)
         self.seed_generator = torch.Generator().manual_seed(ctx.seed + 7919)  # the groups' initial states
         self.batch_groups = cfg.batch_groups or ctx.num_envs // cfg.group_size
-        self.demos = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.bc_batch_size, "grpo.bc_coef") \
+        self.demos = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.bc_batch_size, "grpo.bc_coef",
+                              ctx.layout) \
             if cfg.bc_coef > 0 else None
         self._new_rollout()
         self.pending: list[dict[str, torch.Tensor]] = []  # kept groups' steps, waiting for an update

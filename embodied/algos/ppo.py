@@ -90,7 +90,7 @@ class PPO(Algorithm):
                    actor=actor)
         if cfg.bc_coef > 0:
             algo.demos = DemoLoss(ctx.data, algo.pi, ctx.obs_space["policy"].shape[0], algo.device,
-                                  cfg.bc_batch_size, "ppo.bc_coef")
+                                  cfg.bc_batch_size, "ppo.bc_coef", ctx.layout)
         return algo
 
     @property

@@ -69,3 +69,27 @@ def test_dataset_stores_camera_entries_as_uint8_and_reads_back_the_same_floats(t
     data = read_transitions(path, ["policy", "critic"])
     assert torch.equal(data["state"][:3, :101], obs[0][:3]) and torch.equal(data["next_state"][3:, :101], obs[1][1:])
     assert torch.equal(data["state"][:, 101:], torch.ones(6, 5))
+
+
+def test_bc_and_cotraining_hold_demonstrations_packed_and_train_on_the_same_floats(tmp_path):
+    from embodied.algos.base import BuildContext
+    from embodied.algos.bc import BC, BCConfig
+    from embodied.algos.cotrain import DemoLoss
+    from embodied.config import PolicyConfig
+    from embodied.datasets import write_minari
+
+    space = gym.spaces.Dict({"policy": gym.spaces.Box(-np.inf, np.inf, (101,), np.float32)})
+    obs = observations(5, seed=3)
+    episode = {"observations": {"policy": obs.numpy()}, "actions": np.zeros((4, 2), np.float32),
+               "rewards": np.zeros(4), "terminations": [False] * 4, "truncations": [False, False, False, True]}
+    act_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    path = write_minari(tmp_path / "d", [episode], space, act_space, layout=layout())
+    ctx = BuildContext(space, act_space, 1, torch.device("cpu"), 0, 10, PolicyConfig(actor_hidden=[8]),
+                       layout=layout(), data=str(path))
+    bc = BC.build(BCConfig(batch_size=2, holdout=0.0), ctx)
+    assert bc.obs["obs_pixels"].dtype == torch.uint8 and bc.num_steps == 4
+    assert torch.equal(bc._rows(bc.obs, torch.arange(4)), obs[:4])
+    assert np.isfinite(bc.update()["bc/loss"])
+    demos = DemoLoss(str(path), bc.pi, 101, torch.device("cpu"), 2, "x", layout())
+    assert demos.obs["obs_pixels"].dtype == torch.uint8
+    assert torch.isfinite(demos(bc.pi, torch.Generator().manual_seed(0)))
