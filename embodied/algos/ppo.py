@@ -16,6 +16,7 @@ from embodied.algos.cotrain import DemoLoss
 from embodied.algos.gae import gae
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
+from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
 from embodied.policies import GaussianActor, ValueCritic, update_normalizer
 from embodied.policies.actor_critic import CategoricalActor, sample_action
@@ -54,18 +55,36 @@ class PPOConfig:
 
 
 class RolloutStorage:
-    """``[T, N, ...]`` tensors for one rollout."""
+    """``[T, N, ...]`` tensors for one rollout. The policy observations are held packed (``packer``: camera entries
+    as uint8, core/pixels.py): ``put_obs`` stores a step, ``obs_rows`` gives rows of the flattened rollout back."""
 
-    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, cobs_dim: int, act_dim: int, device):
+    def __init__(self, num_steps: int, num_envs: int, obs_dim: int, cobs_dim: int, act_dim: int, device,
+                 packer: PixelPacker | None = None):
         t, n = num_steps, num_envs
         z = lambda *s: torch.zeros(t, n, *s, device=device)  # noqa: E731
-        self.obs, self.cobs, self.actions = z(obs_dim), z(cobs_dim), z(act_dim)
+        self.packer = packer or PixelPacker(obs_dim)
+        self.packed = {k: torch.zeros(t, n, v.shape[-1], dtype=v.dtype, device=device)
+                       for k, v in self.packer.pack(torch.zeros(1, obs_dim)).items()}
+        self.cobs, self.actions = z(cobs_dim), z(act_dim)
         self.log_probs, self.values, self.rewards, self.dones = z(), z(), z(), z()
         self.step = 0
         self.num_steps = num_steps
 
     def full(self) -> bool:
         return self.step >= self.num_steps
+
+    def put_obs(self, t: int, obs: torch.Tensor) -> None:
+        for k, v in self.packer.pack(obs).items():
+            self.packed[k][t] = v
+
+    @property
+    def obs(self) -> torch.Tensor:
+        """The whole rollout's policy observations ``[T, N, D]``, as floats."""
+        return self.packer.unpack(self.packed)
+
+    def obs_rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """Rows ``idx`` of the rollout flattened to ``[T * N, D]``, as floats."""
+        return self.packer.unpack({k: v.reshape(-1, v.shape[-1])[idx] for k, v in self.packed.items()})
 
 
 class PPO(Algorithm):
@@ -87,7 +106,7 @@ class PPO(Algorithm):
             actor = build_vla(ctx, ctx.action_space.shape[0])
         algo = cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
                    total_steps=ctx.total_steps, image=ctx.image("policy"), critic_image=ctx.image(critic_group),
-                   actor=actor)
+                   actor=actor, packer=PixelPacker.of(ctx.layout, "policy", ctx.obs_space["policy"].shape[0]))
         if cfg.bc_coef > 0:
             algo.demos = DemoLoss(ctx.data, algo.pi, ctx.obs_space["policy"].shape[0], algo.device,
                                   cfg.bc_batch_size, "ppo.bc_coef", ctx.layout)
@@ -99,7 +118,7 @@ class PPO(Algorithm):
 
     def __init__(self, cfg: PPOConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
                  device: torch.device, seed: int, total_steps: int | None = None, image: list | None = None,
-                 critic_image: list | None = None, actor: nn.Module | None = None):
+                 critic_image: list | None = None, actor: nn.Module | None = None, packer: PixelPacker | None = None):
         self.cfg, self.device = cfg, torch.device(device)
         obs_dim, cdim, act_dim = obs_space["policy"].shape[0], critic_dim(obs_space), action_space.shape[0]
         discrete = isinstance(action_space, gym.spaces.MultiDiscrete)
@@ -122,7 +141,7 @@ class PPO(Algorithm):
         self.opt = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
         self.demos = None  # co-training on demonstrations (``bc_coef``), set by ``build``
         self.total_steps, self.batch_steps = total_steps, num_envs * cfg.num_steps
-        self.storage = RolloutStorage(cfg.num_steps, num_envs, obs_dim, cdim, act_dim, self.device)
+        self.storage = RolloutStorage(cfg.num_steps, num_envs, obs_dim, cdim, act_dim, self.device, packer)
         self._next_cobs: torch.Tensor | None = None
         self.num_updates = 0
         self.return_norm = EmpiricalNormalizer(1).to(self.device)  # statistics of the discounted return
@@ -143,7 +162,8 @@ class PPO(Algorithm):
         boot = tr.truncated & ~tr.terminated
         if boot.any():
             reward = reward + self.cfg.gamma * boot.float() * self.v(critic_obs(tr.next_obs))
-        s.obs[t], s.cobs[t], s.actions[t] = tr.obs["policy"], critic_obs(tr.obs), tr.action
+        s.put_obs(t, tr.obs["policy"])
+        s.cobs[t], s.actions[t] = critic_obs(tr.obs), tr.action
         s.log_probs[t], s.values[t], s.rewards[t] = log_prob, value, reward
         s.dones[t] = (tr.terminated | tr.truncated).float()
         s.step += 1
@@ -173,9 +193,9 @@ class PPO(Algorithm):
         with torch.no_grad():
             adv, returns = self._targets()
         flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
-        obs, cobs, actions = flat(s.obs), flat(s.cobs), flat(s.actions)
+        cobs, actions = flat(s.cobs), flat(s.actions)
         old_logp, old_values, adv, returns = flat(s.log_probs), flat(s.values), flat(adv), flat(returns)
-        batch = obs.shape[0]
+        batch = actions.shape[0]
         mb = batch // cfg.num_minibatches
         if cfg.lr_schedule == "linear" and self.total_steps:  # by the env steps done before this update
             frac = max(0.0, 1.0 - self.num_updates * self.batch_steps / self.total_steps)
@@ -187,7 +207,7 @@ class PPO(Algorithm):
             perm = torch.randperm(batch, generator=self.generator, device=self.device)
             for i in range(cfg.num_minibatches):
                 idx = perm[i * mb:(i + 1) * mb]
-                out = self._minibatch_loss(obs[idx], cobs[idx], actions[idx], old_logp[idx], old_values[idx],
+                out = self._minibatch_loss(s.obs_rows(idx), cobs[idx], actions[idx], old_logp[idx], old_values[idx],
                                            adv[idx], returns[idx])
                 loss, kl = out["loss"], out["ppo/approx_kl"]
                 if cfg.target_kl is not None and kl > 1.5 * cfg.target_kl:

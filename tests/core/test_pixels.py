@@ -93,3 +93,28 @@ def test_bc_and_cotraining_hold_demonstrations_packed_and_train_on_the_same_floa
     demos = DemoLoss(str(path), bc.pi, 101, torch.device("cpu"), 2, "x", layout())
     assert demos.obs["obs_pixels"].dtype == torch.uint8
     assert torch.isfinite(demos(bc.pi, torch.Generator().manual_seed(0)))
+
+
+def test_ppo_rollout_holds_camera_entries_as_uint8_and_learns_from_the_same_floats():
+    from embodied.algos.base import BuildContext, Transition
+    from embodied.algos.ppo import PPO, PPOConfig
+    from embodied.config import PolicyConfig
+
+    side = 36  # the CNN encoder's smallest image
+    dim = 3 + 6 * side * side + 2
+    space = gym.spaces.Dict({"policy": gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)})
+    ctx = BuildContext(space, gym.spaces.Box(-1, 1, (2,), np.float32), 3, torch.device("cpu"), 0, 100,
+                       PolicyConfig(actor_hidden=[8], critic_hidden=[8]), layout=layout(side=side))
+    algo = PPO.build(PPOConfig(num_steps=2, num_minibatches=2, num_epochs=1), ctx)
+    seen = []
+    for t in range(2):
+        obs = {"policy": observations(3, seed=t, side=side)}
+        seen.append(obs["policy"])
+        action, extras = algo.act(obs)
+        algo.observe(Transition(obs, action, torch.ones(3), torch.zeros(3, dtype=torch.bool),
+                                torch.zeros(3, dtype=torch.bool), obs, extras))
+    s = algo.storage
+    assert s.packed["obs_pixels"].dtype == torch.uint8 and s.packed["obs_pixels"].shape == (2, 3, 6 * side * side)
+    assert torch.equal(s.obs, torch.stack(seen)) and torch.equal(s.obs_rows(torch.tensor([4, 0])),
+                                                                 torch.stack([seen[1][1], seen[0][0]]))
+    assert np.isfinite(algo.update()["ppo/policy_loss"])
