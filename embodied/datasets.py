@@ -64,10 +64,10 @@ def _packed(observations: dict, packers: dict) -> dict[str, np.ndarray]:
 
 
 def _unpacked(observations: dict, packers: dict) -> dict:
-    out = {k: v for k, v in observations.items() if not any(k == f"{g}_pixels" for g in packers)}
+    pixels = {f"{g}_pixels" for g in packers}
+    out = {k: v for k, v in observations.items() if k not in pixels}
     for k, p in packers.items():
-        out[k] = p.unpack({k: torch.as_tensor(observations[k]), f"{k}_pixels": torch.as_tensor(
-            observations[f"{k}_pixels"])}, k).numpy()
+        out[k] = p.unpack({n: torch.as_tensor(observations[n]) for n in (k, f"{k}_pixels")}, k).numpy()
     return out
 
 

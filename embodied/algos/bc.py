@@ -119,7 +119,6 @@ class BC(Algorithm):
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
         self.obs, self.action = self.packer.pack(obs[~val]), action[~val]
         self.val_obs, self.val_action = self.packer.pack(obs[val]), action[val]
-        self.num_steps, self.num_val = int((~val).sum()), int(val.sum())
         del obs
         self.num_updates = 0
         self._val_loss = float("nan")
@@ -133,29 +132,28 @@ class BC(Algorithm):
         pass
 
     def update(self) -> dict[str, float]:
-        idx = torch.randint(self.num_steps, (self.cfg.batch_size,), generator=self.generator, device=self.device)
-        loss = self.loss(self._rows(self.obs, idx), self.action[idx])
+        idx = torch.randint(self.action.shape[0], (self.cfg.batch_size,), generator=self.generator,
+                            device=self.device)
+        loss = self.loss(self.packer.unpack_rows(self.obs, idx), self.action[idx])
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)
         self.opt.step()
         self.num_updates += 1
-        if self.num_val and self.num_updates % VAL_EVERY == 1:
+        num_val = self.val_action.shape[0]
+        if num_val and self.num_updates % VAL_EVERY == 1:
             with torch.no_grad():  # in slices of VAL_ROWS, weighted by their rows (a pixel set is large)
                 total = 0.0
-                for start in range(0, self.num_val, VAL_ROWS):
-                    rows = torch.arange(start, min(start + VAL_ROWS, self.num_val), device=self.device)
-                    total += float(self.loss(self._rows(self.val_obs, rows), self.val_action[rows])) * len(rows)
-                self._val_loss = total / self.num_val
+                for start in range(0, num_val, VAL_ROWS):
+                    rows = torch.arange(start, min(start + VAL_ROWS, num_val), device=self.device)
+                    total += float(self.loss(self.packer.unpack_rows(self.val_obs, rows),
+                                             self.val_action[rows])) * len(rows)
+                self._val_loss = total / num_val
         out = {"bc/loss": float(loss.detach()), "bc/val_loss": self._val_loss,
-               "bc/dataset_steps": float(self.num_steps)}
+               "bc/dataset_steps": float(self.action.shape[0])}
         if self.num_updates == 1:  # the policy's size and speed, once in the run's metrics
             out.update({f"policy/{k}": float(v) for k, v in self.description.items()})
         return out
-
-    def _rows(self, packed: dict[str, torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
-        """Observation rows ``idx`` of a packed set, as floats."""
-        return self.packer.unpack({k: v[idx] for k, v in packed.items()})
 
     def loss(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The policy's own cloning loss where it has one (the VLA's cross-entropy on bins, the flow head's velocity

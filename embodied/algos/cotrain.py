@@ -31,12 +31,11 @@ class DemoLoss:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.obs, self.target = self.packer.pack(data["state"].to(device)), target.to(device)
-        self.num_steps = int(target.shape[0])
         self.batch_size = batch_size
 
     def __call__(self, policy: torch.nn.Module, generator: torch.Generator) -> torch.Tensor:
-        j = torch.randint(self.num_steps, (self.batch_size,), generator=generator, device=self.target.device)
-        obs = self.packer.unpack({k: v[j] for k, v in self.obs.items()})
+        j = torch.randint(self.target.shape[0], (self.batch_size,), generator=generator, device=self.target.device)
+        obs = self.packer.unpack_rows(self.obs, j)
         if hasattr(policy, "bc_loss"):
             return policy.bc_loss(obs, self.target[j])
         return ((policy(obs) - self.target[j][:, 0]) ** 2).mean()

@@ -194,7 +194,7 @@ class GRPO(Algorithm):
             order = torch.randperm(n, generator=self.generator, device=self.device)
             for start in range(0, n, per_step):
                 idx = order[start:start + per_step]
-                dist = self.dist(self.packer.unpack({k: v[idx] for k, v in batch.items() if k.startswith("obs")}))
+                dist = self.dist(self.packer.unpack_rows(batch, idx))
                 logp = dist.log_prob(batch["action"][idx])  # [B, act_dim]
                 adv = batch["advantage"][idx][:, None]
                 surrogate = clipped_objective(logp, batch["log_prob"][idx], adv, self.cfg.clip_low,

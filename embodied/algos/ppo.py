@@ -84,7 +84,7 @@ class RolloutStorage:
 
     def obs_rows(self, idx: torch.Tensor) -> torch.Tensor:
         """Rows ``idx`` of the rollout flattened to ``[T * N, D]``, as floats."""
-        return self.packer.unpack({k: v.reshape(-1, v.shape[-1])[idx] for k, v in self.packed.items()})
+        return self.packer.unpack_rows({k: v.reshape(-1, v.shape[-1]) for k, v in self.packed.items()}, idx)
 
 
 class PPO(Algorithm):

@@ -8,6 +8,7 @@ keeps those entries as uint8, 4x less memory and disk than float32 (a 2-camera 6
     packer = PixelPacker.of(layout, "policy", dim)
     parts = packer.pack(obs)        # {"obs": float32 [..., rest], "obs_pixels": uint8 [..., pixels]}
     obs = packer.unpack(parts)      # float32 [..., dim], the same floats
+    rows = packer.unpack_rows(parts, idx)  # rows idx of them, as floats
 
 Without quantized image terms ``pack`` is ``{"obs": x}`` and ``unpack`` gives it back: callers need no branch."""
 
@@ -80,6 +81,11 @@ class PixelPacker:
                 out[..., s] = convert(src[..., at:at + n])
                 at += n
         return out
+
+    def unpack_rows(self, parts: Mapping[str, torch.Tensor], idx: torch.Tensor, key: str = "obs") -> torch.Tensor:
+        """Rows ``idx`` of packed ``parts`` (which may hold other columns besides this packer's), as floats."""
+        names = (key, f"{key}_pixels") if self.pixels else (key,)
+        return self.unpack({k: parts[k][idx] for k in names}, key)
 
     # ---- a dataset's record of it ---------------------------------------------------------------------
     def to_json(self) -> str:

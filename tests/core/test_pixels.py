@@ -37,6 +37,8 @@ def test_packer_round_trip_is_exact_and_keeps_pixels_as_uint8():
     back = packer.unpack(parts)
     assert back.dtype == torch.float32 and torch.equal(back, x)  # bit for bit
     assert torch.equal(packer.unpack({k: v[2:5] for k, v in parts.items()}), x[2:5])  # rows select alike
+    rows = torch.tensor([4, 1])  # rows of parts that hold other columns too (GRPO's pending steps)
+    assert torch.equal(packer.unpack_rows({**parts, "action": torch.zeros(7, 2)}, rows), x[rows])
     assert sum(v.element_size() * v.numel() for v in parts.values()) == 7 * (5 * 4 + 96)  # 4x less for the pixels
     # a JSON record of it (a dataset's metadata) packs alike
     assert torch.equal(PixelPacker.from_json(packer.to_json()).unpack(parts), x)
@@ -87,8 +89,8 @@ def test_bc_and_cotraining_hold_demonstrations_packed_and_train_on_the_same_floa
     ctx = BuildContext(space, act_space, 1, torch.device("cpu"), 0, 10, PolicyConfig(actor_hidden=[8]),
                        layout=layout(), data=str(path))
     bc = BC.build(BCConfig(batch_size=2, holdout=0.0), ctx)
-    assert bc.obs["obs_pixels"].dtype == torch.uint8 and bc.num_steps == 4
-    assert torch.equal(bc._rows(bc.obs, torch.arange(4)), obs[:4])
+    assert bc.obs["obs_pixels"].dtype == torch.uint8 and bc.action.shape[0] == 4
+    assert torch.equal(bc.packer.unpack_rows(bc.obs, torch.arange(4)), obs[:4])
     assert np.isfinite(bc.update()["bc/loss"])
     demos = DemoLoss(str(path), bc.pi, 101, torch.device("cpu"), 2, "x", layout())
     assert demos.obs["obs_pixels"].dtype == torch.uint8
