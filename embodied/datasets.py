@@ -77,18 +77,37 @@ def _minari_version() -> str:
     return f"{minari.__version__}"
 
 
+def _open(path: Path):
+    """The Minari dataset at ``path`` (its folder, or the ``data`` folder inside it); a missing one is a ``UserError``,
+    an unreadable one raises (callers turn that into their ``UserError``)."""
+    from minari import MinariDataset
+
+    data_dir = path / "data" if (path / "data").is_dir() else path
+    if not data_dir.is_dir():
+        raise UserError(f"no dataset at {path}")
+    return MinariDataset(data_dir)
+
+
+def dataset_groups(path: str | Path) -> list[str]:
+    """The observation groups of the Minari dataset at ``path`` (``["policy"]`` for one stored as a flat array)."""
+    try:
+        space = _open(Path(path)).observation_space
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
+        raise UserError(f"cannot read the Minari dataset {path}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+    if not isinstance(space, gym.spaces.Dict):
+        return ["policy"]
+    return [k.removesuffix("_pixels") for k in space.spaces if not k.endswith("_pixels") or k[:-7] not in space.spaces]
+
+
 def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[str, torch.Tensor]:
     """Every transition of the Minari dataset at ``path`` as flat tensors: ``state [T, S]`` (the observation
     groups concatenated, in ``groups`` order), ``action``, ``reward``, ``next_state``, ``terminated``, and
     ``initial`` (the first step of an episode). A missing or unreadable dataset is a ``UserError``."""
-    from minari import MinariDataset
-
     path = Path(path)
-    data_dir = path / "data" if (path / "data").is_dir() else path
-    if not data_dir.is_dir():
-        raise UserError(f"no dataset at {path}")
     try:
-        dataset = MinariDataset(data_dir)
+        dataset = _open(path)
         episodes = list(dataset.iterate_episodes())
         packers = {k: PixelPacker.from_json(v)
                    for k, v in json.loads(dataset.storage.metadata.get("pixels", "{}")).items()}

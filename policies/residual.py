@@ -44,6 +44,12 @@ class ResidualActor(nn.Module):
         """The base's action; ``peek``: the one it would give, without advancing a chunked base's queues."""
         return self.base.peek(obs) if peek and hasattr(self.base, "peek") else self.base.act(obs)
 
+    @torch.no_grad()
+    def start_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The base's action from ``obs`` with nothing queued (a chunked base's first action of a fresh chunk): a
+        function of ``obs`` alone, whatever the queues hold."""
+        return self.base.chunk(obs)[:, 0] if hasattr(self.base, "chunk") else self.base.act(obs)
+
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """New episodes in the envs of ``mask`` (all when None): a chunked base empties their queues."""
         reset_policy(self.base, mask)

@@ -48,6 +48,9 @@ class OffPolicyConfig:
     weight_decay: float = 1e-4
     symmetry_augmentation: bool = False  # each replay row seen under a random element of the task's symmetry group
     n_step: int = 1  # n-step returns in the critic target (FastTD3: 3); windows end at episode ends
+    # RLPD (Ball et al. 2023): the fraction of each batch drawn from the demonstrations of ``data=PATH`` (one-step
+    # rows, their recorded rewards), the rest from replay; 0.5 is RLPD's symmetric sampling; 0: no demonstrations
+    demo_ratio: float = 0.0
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -58,8 +61,14 @@ class OffPolicyAlgorithm(Algorithm):
         if ctx.image("policy") is not None:
             raise UserError(f"{cls.__name__.lower()} has no image encoder yet; camera observations train with "
                             "algo=ppo (or env.observation=state where the task has it)")
-        return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
+        algo = cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
                    total_steps=ctx.total_steps, symmetry=ctx.symmetry)
+        if cls.demos_at_build:
+            algo.load_demos(ctx.data)
+        return algo
+
+    # a learner whose demonstration rows need more than its constructor made (a residual's base) loads them itself
+    demos_at_build = True
 
     def __init__(self, cfg: OffPolicyConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
                  device: torch.device, seed: int, total_steps: int | None = None,
@@ -99,6 +108,47 @@ class OffPolicyAlgorithm(Algorithm):
         self._credit = 0.0  # fractional critic steps owed (updates_per_step * env steps)
         self._q_params, self._pi_params = self.opt.groups[0]["params"], self.opt.groups[1]["params"]
         self._qt_params = list(self.q_target.parameters())
+        self.demos: ReplayBuffer | None = None  # RLPD's demonstration rows (``demo_ratio``), from ``load_demos``
+
+    def load_demos(self, path: str) -> None:
+        """With ``demo_ratio`` > 0: the dataset at ``path`` as replay rows of their own (``_demo_rows`` maps the
+        task's rows to the learner's), one-step, ``discount = gamma (1 - terminated)``. Not checkpointed: a resumed
+        run reads the dataset again."""
+        from embodied.datasets import read_transitions
+
+        ratio = self.cfg.demo_ratio
+        if ratio <= 0:
+            return
+        what = f"{type(self).__name__.lower()}.demo_ratio"
+        if ratio >= 1:
+            raise UserError(f"{what} is the fraction of each batch drawn from demonstrations: in (0, 1), got {ratio}")
+        if not path:
+            raise UserError(f"{what} > 0 learns from demonstrations too: give data=PATH")
+        data = read_transitions(path, ["policy"])
+        critic = read_transitions(path, ["critic"]) if self._dataset_has(path, "critic") else data
+        rows = self._demo_rows(data["state"], critic["state"], data["action"].clamp(-1.0, 1.0),
+                               data["next_state"], critic["next_state"])
+        widths = {k: sl.stop - sl.start for k, sl in self.buffer.slices.items()}
+        for key, value in zip(("obs", "cobs", "action"), rows[:3]):
+            if value.shape[1] != widths[key]:
+                raise UserError(f"the dataset {path} has {value.shape[1]} {key} entries per step; this run's "
+                                f"learner reads {widths[key]}")
+        n = data["reward"].shape[0]
+        self.demos = ReplayBuffer(n, *(widths[k] for k in ("obs", "cobs", "action")), self.device)
+        obs, cobs, action, next_obs, next_cobs = (r.to(self.device) for r in rows)
+        discount = self.cfg.gamma * (1.0 - data["terminated"].float())
+        self.demos.add(obs=obs, cobs=cobs, action=action, reward=data["reward"].to(self.device),
+                       discount=discount.to(self.device), next_obs=next_obs, next_cobs=next_cobs)
+
+    @staticmethod
+    def _dataset_has(path: str, group: str) -> bool:
+        from embodied.datasets import dataset_groups
+
+        return group in dataset_groups(path)
+
+    def _demo_rows(self, obs, cobs, action, next_obs, next_cobs) -> tuple[torch.Tensor, ...]:
+        """A dataset's rows (the task's observation groups and actions) as this learner's replay columns."""
+        return obs, cobs, action, next_obs, next_cobs
 
     # ---- subclass hooks ----------------------------------------------------------------------
     @abc.abstractmethod
@@ -120,9 +170,17 @@ class OffPolicyAlgorithm(Algorithm):
         return burnt_in and (self.num_updates + 1) % self.cfg.actor_every == 0
 
     def _sample(self) -> dict[str, torch.Tensor]:
-        """A replay batch; with ``symmetry_augmentation`` each row under a random group element."""
+        """A replay batch (with ``demo_ratio``, that fraction of it demonstration rows); with
+        ``symmetry_augmentation`` each row under a random group element."""
+        if self.demos is None:
+            return self._sample_replay(self.cfg.batch_size)
+        k = int(round(self.cfg.demo_ratio * self.cfg.batch_size))
+        mine, demo = self._sample_replay(self.cfg.batch_size - k), self.demos.sample(k, self.generator)
+        return {key: torch.cat([mine[key], demo[key]]) for key in mine}
+
+    def _sample_replay(self, batch_size: int) -> dict[str, torch.Tensor]:
         if not self.cfg.symmetry_augmentation:
-            return self.buffer.sample(self.cfg.batch_size, self.generator)
+            return self.buffer.sample(batch_size, self.generator)
         if self._row_group is None:
             self._row_group = self._buffer_row_symmetry()
         index, sign = self._row_group
@@ -131,7 +189,7 @@ class OffPolicyAlgorithm(Algorithm):
             g = torch.randint(index.shape[0], (rows.shape[0],), generator=self.generator, device=self.device)
             return rows.gather(1, index.index_select(0, g)) * sign.index_select(0, g)
 
-        return self.buffer.sample(self.cfg.batch_size, self.generator, augment)
+        return self.buffer.sample(batch_size, self.generator, augment)
 
     def _buffer_row_symmetry(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The symmetry group acting on whole replay rows: ``[G, width]`` index and sign."""

@@ -146,7 +146,11 @@ class Residual:
         spaces["critic"] = gym.spaces.Box(-np.inf, np.inf, (critic_dim(ctx.obs_space) + extra,), np.float32)
         algo = super().build(cfg, dataclasses.replace(ctx, obs_space=gym.spaces.Dict(spaces)))
         algo._attach(base, act_dim)
+        if hasattr(algo, "load_demos"):  # an off-policy residual's demonstration rows need the base: loaded now
+            algo.load_demos(ctx.data)
         return algo
+
+    demos_at_build = False
 
     def _last_layer(self) -> nn.Linear:
         """The residual network's output layer (its mean rows first; a squashed actor's log-std rows after them)."""
@@ -169,6 +173,23 @@ class Residual:
             b = self.combined.base_action(obs["policy"], peek=True)
         critic = torch.cat([critic_obs(obs), b], -1) if self.critic_reads_base else critic_obs(obs)
         return {**obs, "policy": torch.cat([obs["policy"], b], -1), "critic": critic}, b
+
+    @torch.no_grad()
+    def _demo_rows(self, obs, cobs, action, next_obs, next_cobs) -> tuple[torch.Tensor, ...]:
+        """Demonstration rows in the residual's MDP: ``[obs, b]`` with ``b`` the base's action from ``obs``
+        (``start_action``), and the residual that turns ``b`` into the demonstrated action as far as the bound lets
+        it: ``r = clip((a - b) / scale, -limit / scale, limit / scale)``, within [-1, 1]."""
+        task_dim = self._head_dims[0] - self.act_dim  # the residual reads [obs, b]
+        if obs.shape[1] != task_dim:
+            raise UserError(f"the demonstrations have {obs.shape[1]} observation entries per step; the base policy "
+                            f"reads {task_dim}")
+        scale, limit = self.combined._scale.to(obs.device), self.combined._limit.to(obs.device)
+        b, next_b = (self.combined.start_action(o.to(self.device)).to(obs.device) for o in (obs, next_obs))
+        bound = limit / scale
+        r = torch.maximum(torch.minimum((action - b) / scale, bound), -bound).clamp(-1.0, 1.0)
+        if self.critic_reads_base:
+            cobs, next_cobs = torch.cat([cobs, b], -1), torch.cat([next_cobs, next_b], -1)
+        return torch.cat([obs, b], -1), cobs, r, torch.cat([next_obs, next_b], -1), next_cobs
 
     @torch.no_grad()
     def act(self, obs: Obs):

@@ -6,6 +6,8 @@
 - ``residual-sac``: ``embodied train algo=residual-sac base=BC_RUN`` (16 envs) for the same env steps;
 - ``residual-bundle``: residual-sac over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
   ``base=BUNDLE``): the base known only as its ONNX graph; ``residual-ppo-bundle``: residual-ppo over it;
+- ``residual-sac-demos``: residual-sac with the 50 demonstrations in its replay (RLPD: ``residual-sac.demo_ratio=0.5``
+  of each batch, ``data=DEMOS``), relabelled as the residual that turns the base's action into the demonstrated one;
 - ``scratch``: ``embodied train algo=ppo`` for the same env steps;
 
 each scored by ``embodied eval --run R --episodes 100`` (success rate; with ``--keep-best EVERY`` the RL variants
@@ -32,6 +34,7 @@ from _machine import emit, machine_info, run_json  # noqa: E402
 COMMON = ["log.progress=false", "log.eval_every=0", "log.checkpoint_every=0", "torch_threads=2"]
 VARIANTS = {"bc": [], "residual": ["algo=residual-ppo", "num_envs=64"],
             "residual-sac": ["algo=residual-sac", "num_envs=16"],
+            "residual-sac-demos": ["algo=residual-sac", "num_envs=16", "residual-sac.demo_ratio=0.5"],
             "residual-bundle": ["algo=residual-sac", "num_envs=16"],
             "residual-ppo-bundle": ["algo=residual-ppo", "num_envs=64"], "scratch": ["algo=ppo", "num_envs=64"]}
 BUNDLED = ("residual-bundle", "residual-ppo-bundle")  # the base given as BC's ONNX bundle
@@ -104,6 +107,8 @@ def main() -> None:
                                                "--out", str(bundle)], args.timeout_s)
                         bc_run = bundle
                     base = [f"base={bc_run}", *args.set] if variant.startswith("residual") else []
+                    if variant.endswith("-demos"):  # the demonstrations BC learnt from
+                        base.append(f"data={out / 'runs' / f'demos_{tag}'}")
                     best = [f"log.eval_every={args.keep_best}", "log.keep_best=true"] if args.keep_best else []
                     summary, wall = _train(task, run_dir, [*VARIANTS[variant], *base, *best, f"seed={seed}",
                                                            f"total_steps={args.steps}"], args.timeout_s)
@@ -122,7 +127,7 @@ def main() -> None:
     pipeline = {}
     for task in args.tasks:
         for seed in args.seeds:
-            for residual in ("residual", "residual-sac", *BUNDLED):
+            for residual in ("residual", "residual-sac", "residual-sac-demos", *BUNDLED):
                 files = [out / f"{v}_{task}_seed{seed}.json" for v in ("bc", residual)]
                 if all(f.exists() for f in files):
                     bc, res = (json.loads(f.read_text()) for f in files)

@@ -182,3 +182,55 @@ def test_a_bundle_base_acts_as_its_onnx_and_trains(weak_base, tmp_path):
                                        "residual-ppo.scale=0.3", "residual-ppo.limit=0.3", "log.eval_every=0"])
     _, summary = train(cfg, tmp_path / "residual")
     assert summary["eval/return"] >= _floor("residual_ppo_target"), summary
+
+
+def test_demonstrations_in_replay_as_exact_rows(weak_base, tmp_path):
+    """RLPD (``demo_ratio``): a dataset's rows enter a replay of their own and make up that fraction of each batch;
+    a residual learner sees them in its MDP, ``[obs, b(obs)]`` and ``r = clip((a - b) / scale, +-limit / scale)``,
+    exactly; a missing dataset or a bad ratio is a one-line error."""
+    from embodied.algos.base import BuildContext
+    from embodied.config import PolicyConfig
+    from embodied.core.registry import ALGOS
+    from embodied.datasets import read_transitions, record_episodes, write_minari
+
+    env = embodied.make_env("target", num_envs=4, seed=3)
+    g = torch.Generator().manual_seed(0)
+    episodes = record_episodes(env, lambda o: torch.rand(4, 2, generator=g) * 2 - 1, 3, seed=3)
+    data = write_minari(tmp_path / "demos", episodes, env.single_observation_space, env.single_action_space)
+    rows = read_transitions(data, ["policy"])
+    n = rows["reward"].shape[0]
+    ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
+                       PolicyConfig(), base=str(weak_base), data=str(data))
+    sac = ALGOS.get("sac").build(ALGOS.get("sac").config_cls(demo_ratio=0.25, batch_size=8), ctx)
+    assert sac.demos.size == n and torch.equal(sac.demos.storage[:, sac.demos.slices["obs"]], rows["state"])
+    assert torch.equal(sac.demos.storage[:, sac.demos.slices["discount"]].squeeze(1),
+                       0.99 * (1.0 - rows["terminated"].float()))
+    obs, _ = env.reset(seed=3)
+    sac.buffer.add(obs=obs["policy"][:1].repeat(16, 1), cobs=obs["policy"][:1].repeat(16, 1),
+                   action=torch.full((16, 2), 7.0), reward=torch.zeros(16), discount=torch.ones(16),
+                   next_obs=obs["policy"][:1].repeat(16, 1), next_cobs=obs["policy"][:1].repeat(16, 1))
+    batch = sac._sample()  # 6 replay rows, then 2 demonstration rows
+    assert batch["action"].shape == (8, 2) and bool((batch["action"][:6] == 7.0).all())
+    assert not bool((batch["action"][6:] == 7.0).any())
+
+    cls = ALGOS.get("residual-sac")
+    scale, limit = [0.5, 0.2], [0.25, 0.2]
+    algo = cls.build(cls.config_cls(demo_ratio=0.5, scale=scale, limit=limit), ctx)
+    b = embodied.load_policy(weak_base).act(rows["state"])
+    next_b = embodied.load_policy(weak_base).act(rows["next_state"])
+    r = (rows["action"].clamp(-1, 1) - b) / torch.tensor(scale)
+    bound = torch.tensor(limit) / torch.tensor(scale)
+    r = torch.maximum(torch.minimum(r, bound), -bound)
+    s = algo.demos.slices
+    assert torch.equal(algo.demos.storage[:, s["obs"]], torch.cat([rows["state"], b], 1))
+    assert torch.equal(algo.demos.storage[:, s["cobs"]], torch.cat([rows["state"], b], 1))  # target: no critic group
+    assert torch.equal(algo.demos.storage[:, s["next_obs"]], torch.cat([rows["next_state"], next_b], 1))
+    assert torch.equal(algo.demos.storage[:, s["action"]], r)
+    assert float(r[:, 0].abs().amax()) == 0.5 and float(r[:, 1].abs().amax()) == 1.0  # bounds 0.25 / 0.5, 0.2 / 0.2
+    for cfg, match in ((cls.config_cls(demo_ratio=1.0), "in \\(0, 1\\)"),
+                       (cls.config_cls(demo_ratio=0.5), "data=PATH")):
+        with pytest.raises(UserError, match=match):
+            cls.build(cfg, BuildContext(**{**ctx.__dict__, "data": "" if "PATH" in match else ctx.data}))
+    with pytest.raises(UserError, match="no dataset"):
+        train(load_config("target", None, [*QUIET, "algo=residual-sac", f"base={weak_base}", "total_steps=64",
+                                           "residual-sac.demo_ratio=0.5", f"data={tmp_path / 'none'}"]), tmp_path / "x")
