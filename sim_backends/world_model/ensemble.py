@@ -61,6 +61,11 @@ class ProbabilisticEnsemble(nn.Module):
         self.register_buffer("in_std", torch.ones(dims[0]))
         self.register_buffer("out_mean", torch.zeros(self.out_dim))
         self.register_buffer("out_std", torch.ones(self.out_dim))
+        # 1 for the targets that vary in the data of the latest fit, 0 for those constant in it (a per-episode
+        # disturbance, a randomized parameter): those are predicted as their constant exactly, no drift and no noise
+        # (quadrotor-hover: the disturbance force's predicted delta was ~1e-3 mg a step at hover, its sampled noise
+        # ~8e-3 mg, so an imagined episode's disturbance wandered by ~8% of g over 100 steps)
+        self.register_buffer("out_free", torch.ones(self.out_dim))
         self.register_buffer("elite_idx", torch.arange(cfg.elites))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -73,6 +78,11 @@ class ProbabilisticEnsemble(nn.Module):
         logvar = self.max_logvar - F.softplus(self.max_logvar - raw)
         logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
         return mean, logvar, term.squeeze(-1)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a model saved before ``out_free`` existed predicted every target
+        state_dict.setdefault(prefix + "out_free", torch.ones_like(self.out_free))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def loss(self, x: torch.Tensor, target: torch.Tensor, terminated: torch.Tensor) -> torch.Tensor:
         """Gaussian NLL of the standardized targets (summed over members, mean over rows and dims), the
@@ -101,8 +111,9 @@ class ProbabilisticEnsemble(nn.Module):
         if not deterministic:
             noise = torch.randn(out.shape, generator=generator, device=state.device)
             out = out + torch.exp(0.5 * logvar[pick, rows]) * noise
-        out = out * self.out_std + self.out_mean
-        spread = mean[..., :self.state_dim].std(0, unbiased=False) if e.numel() > 1 else mean[0, :, :self.state_dim] * 0
+        out = out * self.out_std * self.out_free + self.out_mean
+        held = mean[..., :self.state_dim] * self.out_free[:self.state_dim]
+        spread = held.std(0, unbiased=False) if e.numel() > 1 else held[0] * 0
         if dims is not None:
             spread = spread[:, dims]
         return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
@@ -114,7 +125,7 @@ class ProbabilisticEnsemble(nn.Module):
         ``p_terminal [N]``; what open-loop error reports measure."""
         n = state.shape[0]
         mean, _, term = self(torch.cat([state, action], 1).expand(self.members, n, -1))
-        out = mean[self.elite_idx].mean(0) * self.out_std + self.out_mean
+        out = mean[self.elite_idx].mean(0) * self.out_std * self.out_free + self.out_mean
         return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
                 "p_terminal": torch.sigmoid(term[self.elite_idx]).mean(0)}
 
@@ -145,6 +156,7 @@ def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.T
         model.in_std.copy_(_standardize_stats(x[train])[1])
         model.out_mean.copy_(_standardize_stats(y[train])[0])
         model.out_std.copy_(_standardize_stats(y[train])[1])
+        model.out_free.copy_((y[train].std(0, unbiased=False) >= 1e-6).float())
 
     def holdout_mse() -> torch.Tensor:
         if n_hold == 0:

@@ -115,6 +115,29 @@ def test_ensemble_recovers_a_linear_system():
     assert float(pred["disagreement"].mean()) < 0.1
 
 
+def test_ensemble_holds_entries_constant_in_the_data_exactly():
+    """An entry no transition changes (a per-episode disturbance) is predicted as constant: no drift, no sampled
+    noise, no share in the disagreement; the other entries are still predicted."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(600, 2, generator=g) * 2 - 1  # entry 1: a per-row constant
+    u = torch.rand(600, 1, generator=g) * 2 - 1
+    x_next = torch.stack([0.9 * x[:, 0] + 0.1 * u[:, 0], x[:, 1]], 1)
+    cfg = EnsembleConfig(members=3, elites=2, hidden=[16], epochs=2)
+    model = ProbabilisticEnsemble(2, 1, cfg)
+    fit(model, torch.optim.Adam(model.parameters(), lr=1e-3), x, u, x[:, 0], x_next,
+        torch.zeros(600, dtype=torch.bool), cfg, g)
+    assert model.out_free.tolist() == [1.0, 0.0, 1.0]  # delta of entry 0, of entry 1, the reward
+    xt = torch.rand(50, 2, generator=g) * 4 - 2  # off the data too
+    for pred in (model.predict(xt, u[:50], g), model.predict(xt, u[:50], g, deterministic=True),
+                 model.expected(xt, u[:50])):
+        assert torch.equal(pred["next_state"][:, 1], xt[:, 1])
+        assert not torch.equal(pred["next_state"][:, 0], xt[:, 0])
+    model.out_free.fill_(1.0)  # the same network predicting every entry: entry 1 drifts
+    assert not torch.equal(model.expected(xt, u[:50])["next_state"][:, 1], xt[:, 1])
+    state = {k: v for k, v in model.state_dict().items() if k != "out_free"}  # a model saved before out_free
+    model.load_state_dict(state)
+
+
 @pytest.mark.parametrize("elites", [0, 4])
 def test_ensemble_rejects_bad_elites(elites):
     with pytest.raises(ValueError):
