@@ -47,6 +47,7 @@ class PolicyConfig:
     vla: VLAConfig = field(default_factory=VLAConfig)
     actor_hidden: list[int] = field(default_factory=lambda: [64, 64])
     critic_hidden: list[int] = field(default_factory=lambda: [64, 64])
+    critic_layer_norm: bool = False  # SAC/TD3: LayerNorm on the Q networks' hidden layers (RLPD, FastTD3)
     activation: str = "tanh"  # tanh | elu | relu
     obs_normalization: bool = True  # running mean/std inside the module (exported with it)
     symmetrize: bool = False  # TD3/SAC: actor exactly equivariant under the task's symmetry group (GroupMLP)

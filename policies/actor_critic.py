@@ -223,10 +223,10 @@ class TwinQCritic(nn.Module):
     """Two Q(s, a) heads evaluated as one ensemble. ``[B, obs], [B, act] -> [2, B]``."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], activation: str = "tanh",
-                 obs_normalization: bool = False):
+                 obs_normalization: bool = False, layer_norm: bool = False):
         super().__init__()
         self.normalizer = _normalizer(obs_dim, obs_normalization)
-        self.net = EnsembleMLP(2, obs_dim + act_dim, list(hidden), 1, activation)
+        self.net = EnsembleMLP(2, obs_dim + act_dim, list(hidden), 1, activation, layer_norm)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, detach: bool = False) -> torch.Tensor:
         """``detach``: parameters act as constants (gradient reaches ``action`` only)."""

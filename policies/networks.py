@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from embodied.core.errors import UserError
@@ -49,19 +50,23 @@ class EnsembleLinear(nn.Module):
 class EnsembleMLP(nn.Module):
     """``num`` MLPs of the same shape evaluated together. Input ``[B, in]`` (shared) or ``[E, B, in]``."""
 
-    def __init__(self, num: int, in_dim: int, hidden: list[int], out_dim: int, act: str):
+    def __init__(self, num: int, in_dim: int, hidden: list[int], out_dim: int, act: str, layer_norm: bool = False):
         super().__init__()
-        self.num = num
+        self.num, self.layer_norm = num, layer_norm
         dims = [in_dim, *hidden, out_dim]
         self.layers = nn.ModuleList(EnsembleLinear(num, a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.act = activation(act)()
 
     def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """``layer_norm``: each hidden layer's pre-activation normalized over its units (no affine: the next layer
+        scales), as RLPD's and FastTD3's critics, which bounds Q's growth off the data at high update ratios."""
         if x.dim() == 2:
             x = x.unsqueeze(0).expand(self.num, -1, -1)
         for i, layer in enumerate(self.layers):
             x = layer(x, detach)
             if i < len(self.layers) - 1:
+                if self.layer_norm:
+                    x = F.layer_norm(x, x.shape[-1:])
                 x = self.act(x)
         return x
 

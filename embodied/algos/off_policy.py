@@ -88,8 +88,9 @@ class OffPolicyAlgorithm(Algorithm):
         self.generator.manual_seed(seed)
         torch.manual_seed(seed)  # network initialization
         self.pi = self._make_actor(obs_dim, act_dim, policy).to(self.device)
-        self.q = TwinQCritic(cdim, act_dim, policy.critic_hidden, policy.activation).to(self.device)
-        self.q_target = TwinQCritic(cdim, act_dim, policy.critic_hidden, policy.activation).to(self.device)
+        critic = dict(hidden=policy.critic_hidden, activation=policy.activation, layer_norm=policy.critic_layer_norm)
+        self.q = TwinQCritic(cdim, act_dim, **critic).to(self.device)
+        self.q_target = TwinQCritic(cdim, act_dim, **critic).to(self.device)
         self.q_target.load_state_dict(self.q.state_dict())
         self.q_target.requires_grad_(False)
         # one fused Adam over the critic, actor (and subclass) groups, fed gradients from one

@@ -169,6 +169,21 @@ def test_ensemble_mlp_per_member_inputs():
         torch.testing.assert_close(out[e], member_as_linears(net, e, nn.ReLU)(x[e]), rtol=1e-12, atol=1e-12)
 
 
+def test_ensemble_mlp_layer_norm_hand_computed():
+    """critic_layer_norm: each hidden pre-activation normalized over its units, (h - mean) / sqrt(var + 1e-5) with
+    the biased variance, no affine; the output layer is not normalized."""
+    torch.manual_seed(2)
+    net = EnsembleMLP(2, 3, [4], 1, "relu", layer_norm=True).double()
+    x = torch.randn(5, 3, dtype=F64)
+    out = net(x)
+    for e in range(2):
+        h = x @ net.layers[0].weight[e] + net.layers[0].bias[e]
+        h = (h - h.mean(-1, keepdim=True)) / torch.sqrt(h.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        expected = torch.relu(h) @ net.layers[1].weight[e] + net.layers[1].bias[e]
+        torch.testing.assert_close(out[e], expected, rtol=1e-12, atol=1e-12)
+    assert TwinQCritic(3, 2, [4], "relu", layer_norm=True).net.layer_norm
+
+
 # ---- ReplayBuffer -------------------------------------------------------------------------------------
 OBS, COBS, ACT = 2, 3, 1
 
