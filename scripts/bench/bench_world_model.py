@@ -115,10 +115,10 @@ def budget(real: dict, random_score: float) -> int:
     return next(step for step, score, _ in curve if score >= target)
 
 
-def run_model(task: str, mode: str, seed: int, steps: int, out: Path, timeout_s: float) -> dict:
+def run_model(task: str, mode: str, seed: int, steps: int, out: Path, timeout_s: float, extra=()) -> dict:
     run_dir = out / "runs" / f"{mode}_{task}_seed{seed}"
     summary, wall, evals = _train(["--task", f"wm:{task}", f"seed={seed}", f"env.mode={mode}", f"total_steps={steps}",
-                                   *MODEL[task]], run_dir, timeout_s)
+                                   *MODEL[task], *extra], run_dir, timeout_s)
     report = subprocess.run(["embodied", "wm-report", "--run", str(run_dir)], capture_output=True, text=True,
                             timeout=timeout_s)
     open_loop = json.loads((run_dir / "wm_report.json").read_text()) if report.returncode == 0 else None
@@ -128,13 +128,14 @@ def run_model(task: str, mode: str, seed: int, steps: int, out: Path, timeout_s:
             if open_loop else report.stderr.strip()[-300:]}
 
 
-def run_dream_long(task: str, seed: int, steps: int, burn_in: int, out: Path, timeout_s: float) -> dict:
+def run_dream_long(task: str, seed: int, steps: int, burn_in: int, out: Path, timeout_s: float, extra=()) -> dict:
     dream = out / "runs" / f"dream_{task}_seed{seed}"
     run_dir = out / "runs" / f"dream-long_{task}_seed{seed}"
     algo = ALGO[task]
     summary, wall, evals = _train(["--task", f"wm:{task}", f"seed={seed}", f"env.model={dream}", f"init={dream}",
                                    f"num_envs={LONG_ENVS}", f"total_steps={steps}", f"{algo}.warmup_steps=0",
-                                   f"{algo}.critic_burn_in={burn_in}", *MODEL[task], f"log.eval_every={steps // 20}"],
+                                   f"{algo}.critic_burn_in={burn_in}", *MODEL[task], f"log.eval_every={steps // 20}",
+                                   *extra],
                                   run_dir, timeout_s)
     return {"summary": summary, "process_wall_s": round(wall, 1), "imagined_steps": steps,
             "curve": [(r["step"], _score(r), round(r["time/wall_s"], 1)) for r in evals]}
@@ -152,6 +153,8 @@ def main() -> None:
     ap.add_argument("--burn-in", type=int, default=50_000, help="dream-long: imagined steps of critic-only learning")
     ap.add_argument("--real-from", type=Path, help="a finished run of the real learner with the settings of REAL "
                     "(one task and seed), used as the 'real' variant instead of training it again")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra overrides of the model-based runs (dream, dyna, dream-long), recorded in their JSON")
     args = ap.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -176,11 +179,12 @@ def main() -> None:
                     if "dream" not in done:
                         print(f"skipping dream-long {task} seed {seed}: no dream run yet", file=sys.stderr)
                         continue
-                    result = run_dream_long(task, seed, args.long_steps, args.burn_in, out, args.timeout_s)
+                    result = run_dream_long(task, seed, args.long_steps, args.burn_in, out, args.timeout_s, args.set)
                 else:
                     steps = budget(done["real"], done["random"].get("eval/success", done["random"]["eval/return"]))
-                    result = run_model(task, variant, seed, steps, out, args.timeout_s)
-                done[variant] = {"variant": variant, "task": task, "seed": seed, "commit": code_commit(), **result}
+                    result = run_model(task, variant, seed, steps, out, args.timeout_s, args.set)
+                done[variant] = {"variant": variant, "task": task, "seed": seed, "commit": code_commit(),
+                                 "overrides": args.set if variant not in ("real", "random") else [], **result}
                 path.write_text(json.dumps(done[variant], indent=1))
     summary = {"bench": "world_model", "machine": machine_info(), "runs": []}
     for task in args.tasks:
