@@ -522,6 +522,34 @@ def test_td3_target_actor_scales_its_inputs_as_the_actor_and_follows_a_warm_star
     torch.testing.assert_close(algo.pi_target(x), algo.pi(x), rtol=0, atol=0)
 
 
+def test_td3_deploy_average_ships_the_target_actor():
+    """deploy_average: ``actor()`` (evaluation, checkpoints, export) is the Polyak-averaged target actor with the
+    actor's input scaling, while exploration acts with the actor; a warm start loaded into it reaches both."""
+    from embodied.policies import update_normalizer
+
+    cfg = TD3Config(batch_size=4, warmup_steps=0, buffer_size=16, actor_every=1, tau=0.5, deploy_average=True,
+                    exploration_noise=0.0)
+    obs_space, act_space = spaces(2, 1)
+    algo = TD3(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+               torch.device("cpu"), seed=0)
+    fill_tiny_buffer(algo)
+    before = [p.clone() for p in algo.pi.parameters()]
+    algo._gradient_step()  # actor and target move: target = (before + actor) / 2 at tau 0.5
+    for t, b, p in zip(algo.pi_target.parameters(), before, algo.pi.parameters()):
+        torch.testing.assert_close(t, b + 0.5 * (p - b), rtol=1e-6, atol=1e-7)
+    assert algo.actor() is algo.pi_target
+    update_normalizer(algo.pi, torch.arange(20.0).reshape(10, 2))
+    assert algo.actor().normalizer.mean.tolist() == [9.0, 10.0]
+    x = torch.randn(8, 2)
+    assert torch.equal(algo.act({"policy": x}), algo.pi.act(x))  # exploration: the actor (noise 0)
+    assert not torch.equal(algo.actor().act(x), algo.pi.act(x))
+    with torch.no_grad():
+        for p in algo.actor().parameters():
+            p.add_(1.0)  # a warm start loads into actor()
+    algo.actor_loaded()
+    torch.testing.assert_close(algo.pi(x), algo.pi_target(x), rtol=0, atol=0)
+
+
 def test_td3_exploration_stays_in_action_space():
     cfg = TD3Config(warmup_steps=0, exploration_noise=5.0)
     obs_space, act_space = spaces(2, 1)
