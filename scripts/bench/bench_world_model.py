@@ -73,8 +73,8 @@ def _score(r: dict) -> float:
     return r["eval/success"] if "eval/success" in r else r["eval/return"]
 
 
-def run_real(task: str, seed: int, out: Path, timeout_s: float) -> dict:
-    summary, wall, evals = _train(["--task", task, f"seed={seed}", *REAL[task]],
+def run_real(task: str, seed: int, out: Path, timeout_s: float, extra=()) -> dict:
+    summary, wall, evals = _train(["--task", task, f"seed={seed}", *REAL[task], *extra],
                                   out / "runs" / f"real_{task}_seed{seed}", timeout_s)
     return {"summary": summary, "process_wall_s": round(wall, 1),
             "curve": [(r["step"], _score(r), round(r["time/wall_s"], 1)) for r in evals]}
@@ -154,7 +154,8 @@ def main() -> None:
     ap.add_argument("--real-from", type=Path, help="a finished run of the real learner with the settings of REAL "
                     "(one task and seed), used as the 'real' variant instead of training it again")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="extra overrides of the model-based runs (dream, dyna, dream-long), recorded in their JSON")
+                    help="extra overrides of every trained variant (real, dream, dyna, dream-long: the same learner "
+                         "settings on both sides), recorded in their JSON")
     args = ap.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -172,7 +173,8 @@ def main() -> None:
                     continue
                 print(f"running {variant} {task} seed {seed}", file=sys.stderr, flush=True)
                 if variant == "real":
-                    result = read_real(args.real_from) if args.real_from else run_real(task, seed, out, args.timeout_s)
+                    result = read_real(args.real_from) if args.real_from else run_real(task, seed, out, args.timeout_s,
+                                                                                            args.set)
                 elif variant == "random":
                     result = run_random(task, seed)
                 elif variant == "dream-long":
@@ -184,7 +186,7 @@ def main() -> None:
                     steps = budget(done["real"], done["random"].get("eval/success", done["random"]["eval/return"]))
                     result = run_model(task, variant, seed, steps, out, args.timeout_s, args.set)
                 done[variant] = {"variant": variant, "task": task, "seed": seed, "commit": code_commit(),
-                                 "overrides": args.set if variant not in ("real", "random") else [], **result}
+                                 "overrides": args.set if variant != "random" else [], **result}
                 path.write_text(json.dumps(done[variant], indent=1))
     summary = {"bench": "world_model", "machine": machine_info(), "runs": []}
     for task in args.tasks:
