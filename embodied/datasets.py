@@ -90,9 +90,10 @@ def _open(path: Path):
 
 def dataset_groups(path: str | Path) -> list[str]:
     """The observation groups of the Minari dataset at ``path`` (``["policy"]`` for one stored as a flat array)."""
+    path = Path(path)
     try:
-        space = _open(Path(path)).observation_space
-    except UserError:
+        space = _open(path).observation_space
+    except UserError:  # no dataset there
         raise
     except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
         raise UserError(f"cannot read the Minari dataset {path}: {str(e).splitlines()[0] if str(e) else e!r}") from None

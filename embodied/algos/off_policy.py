@@ -115,7 +115,7 @@ class OffPolicyAlgorithm(Algorithm):
         """With ``demo_ratio`` > 0: the dataset at ``path`` as replay rows of their own (``_demo_rows`` maps the
         task's rows to the learner's), one-step, ``discount = gamma (1 - terminated)``. Not checkpointed: a resumed
         run reads the dataset again."""
-        from embodied.datasets import read_transitions
+        from embodied.datasets import dataset_groups, read_transitions
 
         ratio = self.cfg.demo_ratio
         if ratio <= 0:
@@ -126,7 +126,7 @@ class OffPolicyAlgorithm(Algorithm):
         if not path:
             raise UserError(f"{what} > 0 learns from demonstrations too: give data=PATH")
         data = read_transitions(path, ["policy"])
-        critic = read_transitions(path, ["critic"]) if self._dataset_has(path, "critic") else data
+        critic = read_transitions(path, ["critic"]) if "critic" in dataset_groups(path) else data
         rows = self._demo_rows(data["state"], critic["state"], data["action"].clamp(-1.0, 1.0),
                                data["next_state"], critic["next_state"])
         widths = {k: sl.stop - sl.start for k, sl in self.buffer.slices.items()}
@@ -140,12 +140,6 @@ class OffPolicyAlgorithm(Algorithm):
         discount = self.cfg.gamma * (1.0 - data["terminated"].float())
         self.demos.add(obs=obs, cobs=cobs, action=action, reward=data["reward"].to(self.device),
                        discount=discount.to(self.device), next_obs=next_obs, next_cobs=next_cobs)
-
-    @staticmethod
-    def _dataset_has(path: str, group: str) -> bool:
-        from embodied.datasets import dataset_groups
-
-        return group in dataset_groups(path)
 
     def _demo_rows(self, obs, cobs, action, next_obs, next_cobs) -> tuple[torch.Tensor, ...]:
         """A dataset's rows (the task's observation groups and actions) as this learner's replay columns."""
