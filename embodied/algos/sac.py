@@ -82,6 +82,8 @@ class SAC(OffPolicyAlgorithm):
             metrics.update({"sac/actor_loss": pi_loss.detach(), "sac/entropy": -logp_pi.detach().mean()})
         self._apply(loss, actor_step)
         self._polyak(self._qt_params, self._q_params, cfg.tau)
+        if actor_step:
+            self._average_step()
         return metrics
 
     def state_dict(self) -> dict:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from embodied.algos.base import MAIN_STREAM, Transition
 from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
@@ -29,11 +30,6 @@ class TD3Config(OffPolicyConfig):
     exploration_noise_max: float | None = None
     target_noise: float = 0.2  # target policy smoothing std
     target_noise_clip: float = 0.5
-    # the run's policy (evaluation, checkpoints, load_policy, export) is the target actor, the Polyak average
-    # (``tau``) of the actor's recent weights, not the actor itself; exploration still acts with the actor.
-    # quadrotor-hover trained in its model (1M imagined steps): the final actor 0.59 / 0.65 real success, its
-    # target 0.73 / 0.82 (100 starts each, two evaluation seeds)
-    deploy_average: bool = False
 
 
 class TD3(OffPolicyAlgorithm):
@@ -52,26 +48,13 @@ class TD3(OffPolicyAlgorithm):
         self._redraw_noise(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         return actor
 
+    def _make_average(self) -> nn.Module:
+        return self.pi_target  # already the Polyak average of the actor (tau, on the delayed steps)
+
     def actor_loaded(self) -> None:
         # a warm-started actor's target starts as that actor, not as the random one it was copied from at build
-        # (with deploy_average the weights were loaded into the target, ``actor()``: the actor starts from them)
-        if self.cfg.deploy_average:
-            self.pi.load_state_dict(self.pi_target.state_dict())
-        else:
-            self.pi_target.load_state_dict(self.pi.state_dict())
-
-    def actor(self):
-        if self.cfg.deploy_average:
-            self._sync_target_inputs()
-            return self.pi_target
-        return self.pi
-
-    @torch.no_grad()
-    def _sync_target_inputs(self) -> None:
-        """The target actor's weights trail the actor's; its input scaling (the normalizer's statistics, buffers
-        that Polyak averaging does not touch) is the actor's own."""
-        for t, src in zip(self.pi_target.buffers(), self.pi.buffers()):
-            t.copy_(src)
+        super().actor_loaded()
+        self.pi_target.load_state_dict(self.pi.state_dict())
 
     def _redraw_noise(self, envs: torch.Tensor) -> None:
         lo, hi = self.cfg.exploration_noise, self.cfg.exploration_noise_max
@@ -102,7 +85,7 @@ class TD3(OffPolicyAlgorithm):
         b = self._sample()
         actor_step = self._actor_step()
         delayed = (self.num_updates + 1) % cfg.actor_every == 0  # the targets' cadence (also during a burn-in)
-        self._sync_target_inputs()  # the rows are the actor's inputs
+        self._sync_inputs(self.pi_target)  # the rows are the actor's inputs
         with torch.no_grad():
             next_mu = self.pi_target(b["next_obs"])
             eps = torch.randn(next_mu.shape, generator=self.generator, device=self.device) * cfg.target_noise

@@ -537,7 +537,7 @@ def test_td3_deploy_average_ships_the_target_actor():
     algo._gradient_step()  # actor and target move: target = (before + actor) / 2 at tau 0.5
     for t, b, p in zip(algo.pi_target.parameters(), before, algo.pi.parameters()):
         torch.testing.assert_close(t, b + 0.5 * (p - b), rtol=1e-6, atol=1e-7)
-    assert algo.actor() is algo.pi_target
+    assert algo.actor() is algo.pi_target and algo.pi_average is algo.pi_target
     update_normalizer(algo.pi, torch.arange(20.0).reshape(10, 2))
     assert algo.actor().normalizer.mean.tolist() == [9.0, 10.0]
     x = torch.randn(8, 2)
@@ -548,6 +548,26 @@ def test_td3_deploy_average_ships_the_target_actor():
             p.add_(1.0)  # a warm start loads into actor()
     algo.actor_loaded()
     torch.testing.assert_close(algo.pi(x), algo.pi_target(x), rtol=0, atol=0)
+
+
+def test_sac_deploy_average_is_a_polyak_copy_checkpointed():
+    """SAC with deploy_average keeps a copy of its actor that each actor step moves by tau; ``actor()`` is that
+    copy; it round-trips through ``state_dict``."""
+    cfg = SACConfig(batch_size=4, warmup_steps=0, buffer_size=16, actor_every=1, tau=0.25, deploy_average=True)
+    obs_space, act_space = spaces(2, 1)
+    algo = SAC(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+               torch.device("cpu"), seed=0)
+    fill_tiny_buffer(algo)
+    avg = [p.clone() for p in algo.pi_average.parameters()]
+    algo._gradient_step()
+    for a, old, new in zip(algo.pi_average.parameters(), avg, algo.pi.parameters()):
+        torch.testing.assert_close(a, old + 0.25 * (new - old), rtol=1e-6, atol=1e-7)
+    assert algo.actor() is algo.pi_average and not torch.equal(algo.pi.net[0].weight, algo.pi_average.net[0].weight)
+    other = SAC(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+                torch.device("cpu"), seed=1)
+    other.load_state_dict(algo.state_dict())
+    for a, b in zip(other.pi_average.parameters(), algo.pi_average.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_td3_exploration_stays_in_action_space():

@@ -57,6 +57,10 @@ def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
     gap = (algo.act(obs)[0] - base.act(obs["policy"])).abs().amax(0)
     assert torch.all(gap <= torch.tensor(kw["limit"]) + 1e-6) and gap[0] > 0.02
     assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
+    if algo.name == "residual-sac":  # an averaged residual (deploy_average) starts as the base too
+        algo = cls.build(cls.config_cls(warmup_steps=0, deploy_average=True, **kw), ctx)
+        assert algo.combined.residual is algo.pi_average
+        assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
 
 
 def test_residual_sac_starts_gently(weak_base):
