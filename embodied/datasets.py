@@ -88,6 +88,11 @@ def _open(path: Path):
     return MinariDataset(data_dir)
 
 
+def _unreadable(path: Path, e: Exception) -> UserError:
+    why = str(e).splitlines()[0] if str(e) else repr(e)
+    return UserError(f"cannot read the Minari dataset {path}: {why}")
+
+
 def dataset_groups(path: str | Path) -> list[str]:
     """The observation groups of the Minari dataset at ``path`` (``["policy"]`` for one stored as a flat array)."""
     path = Path(path)
@@ -96,7 +101,7 @@ def dataset_groups(path: str | Path) -> list[str]:
     except UserError:  # no dataset there
         raise
     except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
-        raise UserError(f"cannot read the Minari dataset {path}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+        raise _unreadable(path, e) from None
     if not isinstance(space, gym.spaces.Dict):
         return ["policy"]
     return [k.removesuffix("_pixels") for k in space.spaces if not k.endswith("_pixels") or k[:-7] not in space.spaces]
@@ -112,9 +117,10 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
         episodes = list(dataset.iterate_episodes())
         packers = {k: PixelPacker.from_json(v)
                    for k, v in json.loads(dataset.storage.metadata.get("pixels", "{}")).items()}
+    except UserError:  # no dataset there
+        raise
     except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
-        why = str(e).splitlines()[0] if str(e) else repr(e)
-        raise UserError(f"cannot read the Minari dataset {path}: {why}") from None
+        raise _unreadable(path, e) from None
     if not episodes:
         raise UserError(f"the dataset {path} has no episodes")
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("state", "action", "reward", "next_state", "terminated",

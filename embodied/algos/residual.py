@@ -165,13 +165,7 @@ class Residual:
         self.combined.base.load_state_dict(base["state"])
         # one module: what the learner trains (or, with deploy_average, its average) is what the combined policy runs
         self.combined.residual = self.pi if getattr(self, "pi_average", None) is None else self.pi_average
-        self._average_from_learner()
         self.combined.to(self.device)
-
-    def _average_from_learner(self) -> None:
-        """An averaged residual (``deploy_average``) starts as the learner's residual as built (its zero mean)."""
-        if getattr(self, "pi_average", None) is not None:
-            self.pi_average.load_state_dict(self.pi.state_dict())
 
     def _augment(self, obs: Obs, b: torch.Tensor | None = None) -> tuple[Obs, torch.Tensor]:
         """The learner's observations: ``[obs, b]`` for the policy, the critic's (with ``b`` if it reads the base),
@@ -236,7 +230,8 @@ class ResidualSAC(Residual, SAC):
             with torch.no_grad():
                 last.weight[act_dim:].zero_()
                 last.bias[act_dim:].fill_(self.cfg.init_log_std)
-            self._average_from_learner()
+        if self.pi_average is not None:  # deploy_average: the average starts as the residual as built (zero mean)
+            self.pi_average.load_state_dict(self.pi.state_dict())
 
     def _warmup_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The residual's own samples (zero mean at first), not uniform ones: a uniform residual of +-scale is an

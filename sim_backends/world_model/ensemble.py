@@ -133,9 +133,11 @@ class ProbabilisticEnsemble(nn.Module):
 _MEMBER_KEYS = ("layers.", "head.")  # per-member weights ([members, ...]); the log-variance bounds are shared
 
 
-def _standardize_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _standardize_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per column: the mean, the std (1 where the column is constant), and whether it varies (1.0 / 0.0)."""
     std = x.std(0, unbiased=False)
-    return x.mean(0), torch.where(std < 1e-6, torch.ones_like(std), std)
+    varies = std >= 1e-6
+    return x.mean(0), torch.where(varies, std, torch.ones_like(std)), varies.float()
 
 
 def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.Tensor, action: torch.Tensor,
@@ -152,11 +154,13 @@ def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.T
     n_hold = min(int(t * cfg.holdout), cfg.holdout_max) if t >= 20 else 0
     hold, train = perm[:n_hold], perm[n_hold:]
     with torch.no_grad():
-        model.in_mean.copy_(_standardize_stats(x[train])[0])
-        model.in_std.copy_(_standardize_stats(x[train])[1])
-        model.out_mean.copy_(_standardize_stats(y[train])[0])
-        model.out_std.copy_(_standardize_stats(y[train])[1])
-        model.out_free.copy_((y[train].std(0, unbiased=False) >= 1e-6).float())
+        in_mean, in_std, _ = _standardize_stats(x[train])
+        out_mean, out_std, out_free = _standardize_stats(y[train])
+        model.in_mean.copy_(in_mean)
+        model.in_std.copy_(in_std)
+        model.out_mean.copy_(out_mean)
+        model.out_std.copy_(out_std)
+        model.out_free.copy_(out_free)
 
     def holdout_mse() -> torch.Tensor:
         if n_hold == 0:
