@@ -132,6 +132,11 @@ class Algorithm(abc.ABC):
         """The actor's weights were replaced from outside (``init=RUN``): copies derived from it follow (a target
         actor). Nothing to do for a learner that keeps none."""
 
+    def attach_model(self, model: Any) -> None:  # noqa: B027  (a hook: most learners only step envs)
+        """A learned, differentiable model of the env this learner trains on (world-model runs; refitted in place
+        as real data comes): ``model.imagine_step(obs, action, generator) -> (next_obs, reward, p_terminal)``.
+        A learner that backpropagates through the dynamics keeps it; the others ignore it."""
+
     @abc.abstractmethod
     def state_dict(self) -> dict: ...
 

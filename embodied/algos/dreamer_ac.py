@@ -11,8 +11,17 @@ collector), which is DreamerV3's learning in imagination with the model stepped 
   return percentile (small returns are not blown up), plus an entropy bonus;
 - one gradient step per segment, so the data is at most ``horizon`` updates old.
 
+With ``actor_grad=dynamics`` (DreamerV1/V2's gradient for continuous actions) the actor instead maximizes the
+lambda-return of its own rollouts through the learned model, differentiated through the model's steps: from
+``starts`` observed states, ``horizon`` reparameterized actions and model steps (``attach_model``: the world-model
+run hands the learner its ensemble), ``R_t = r_t + gamma c_t ((1 - lam) V(s_t+1) + lam R_t+1)`` with
+``c = 1 - p_terminal`` and ``R_H = V(s_H)``, loss ``-sum_t w_t R_t / max(1, S)`` with ``w_t`` the product of the
+``gamma c`` before ``t``; the critic also regresses those returns (detached). Until a model is attached the actor
+does not move.
+
 Deviations: the actor's Gaussian has a state-independent std (the PPO actor, so export is the same) instead of
-DreamerV3's bounded-std head; the model is not differentiated through (DreamerV3 v3 uses REINFORCE too)."""
+DreamerV3's bounded-std head; with ``actor_grad=reinforce`` the model is not differentiated through (DreamerV3
+uses REINFORCE for every action space)."""
 
 from __future__ import annotations
 
@@ -25,7 +34,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import OFF_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
-from embodied.algos.returns import PercentileScale, segment_lambda_returns
+from embodied.algos.returns import PercentileScale, imagined_lambda_returns, segment_lambda_returns
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
@@ -51,6 +60,8 @@ class DreamerACConfig:
     max_grad_norm: float = 10.0
     warmup_steps: int = 0  # observed steps with uniform random actions
     init_log_std: float = -0.5
+    actor_grad: str = "reinforce"  # reinforce | dynamics (backpropagate returns through the attached model)
+    starts: int = 256  # dynamics: imagined rollouts per gradient step, from observed states of the segment
 
 
 class TwoHotCritic(nn.Module):
@@ -81,6 +92,9 @@ class DreamerAC(Algorithm):
             raise UserError("dreamer-ac needs continuous (Box) actions")
         if cfg.horizon < 1 or not 0 <= cfg.lam <= 1 or not 0 < cfg.gamma <= 1:
             raise UserError("dreamer-ac: horizon >= 1, lam in [0, 1], gamma in (0, 1]")
+        if cfg.actor_grad not in ("reinforce", "dynamics") or cfg.starts < 1:
+            raise UserError(f"dreamer-ac: actor_grad must be reinforce or dynamics (got {cfg.actor_grad!r}), "
+                            f"starts >= 1 (got {cfg.starts})")
         return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed)
 
     def __init__(self, cfg: DreamerACConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
@@ -101,6 +115,7 @@ class DreamerAC(Algorithm):
         self.segments: dict[str, list[dict[str, torch.Tensor]]] = {}  # per stream, steps not learned from yet
         self.num_observed = 0
         self.num_updates = 0
+        self.model = None  # a differentiable model of the env (attach_model), for actor_grad=dynamics
 
     @torch.no_grad()
     def act(self, obs: Obs) -> torch.Tensor:
@@ -115,6 +130,7 @@ class DreamerAC(Algorithm):
         if hasattr(self.v.normalizer, "update"):
             self.v.normalizer.update(critic_obs(tr.obs))
         self.segments.setdefault(tr.stream, []).append({
+            **{f"group/{k}": v for k, v in tr.obs.items()},
             "obs": tr.obs["policy"], "cobs": critic_obs(tr.obs), "action": tr.action, "reward": tr.reward,
             "terminated": tr.terminated, "done": tr.terminated | tr.truncated, "next_cobs": critic_obs(tr.next_obs)})
         self.num_observed += tr.reward.shape[0]
@@ -138,14 +154,24 @@ class DreamerAC(Algorithm):
             slow = self.v_slow.value(seg["cobs"])
         logits = self.v(seg["cobs"])
         value = self.v.twohot.decode(logits)
-        adv = ((ret - value) / scale).detach()
-        dist = self.pi.dist(seg["obs"])
-        logp = dist.log_prob(seg["action"]).sum(-1)
-        entropy = dist.entropy().sum(-1)
-        actor_loss = -(logp * adv).mean() - cfg.entropy * entropy.mean()
         critic_loss = (self.v.twohot.loss(logits, ret) + cfg.slow_reg * self.v.twohot.loss(logits, slow)).mean()
         self.opt.zero_grad(set_to_none=True)
-        (actor_loss + critic_loss).backward()
+        if cfg.actor_grad == "dynamics":
+            actor_loss, entropy, imagined = self._dynamics_actor_loss(seg)
+            if imagined is not None:  # the critic also learns the imagined returns of the current actor
+                cobs, target = imagined
+                critic_loss = critic_loss + self.v.twohot.loss(self.v(cobs), target).mean()
+        else:
+            adv = ((ret - value) / scale).detach()
+            dist = self.pi.dist(seg["obs"])
+            logp = dist.log_prob(seg["action"]).sum(-1)
+            entropy = dist.entropy().sum(-1)
+            actor_loss = -(logp * adv).mean() - cfg.entropy * entropy.mean()
+        # the actor's loss reaches the critic's and the model's inputs, never their weights
+        params = [q for q in self.pi.parameters() if q.requires_grad]
+        for q, g in zip(params, torch.autograd.grad(actor_loss, params, allow_unused=True)):
+            q.grad = g
+        critic_loss.backward()
         nn.utils.clip_grad_norm_(self.pi.parameters(), cfg.max_grad_norm)
         nn.utils.clip_grad_norm_(self.v.parameters(), cfg.max_grad_norm)
         self.opt.step()
@@ -157,6 +183,37 @@ class DreamerAC(Algorithm):
         return {"dreamer/actor_loss": float(actor_loss.detach()), "dreamer/critic_loss": float(critic_loss.detach()),
                 "dreamer/return": float(ret.mean()), "dreamer/return_scale": float(scale),
                 "dreamer/entropy": float(entropy.mean().detach()), "dreamer/value": float(value.mean().detach())}
+
+    def attach_model(self, model) -> None:
+        self.model = model
+
+    def _dynamics_actor_loss(self, seg: dict[str, torch.Tensor]):
+        """The actor's loss through ``horizon`` model steps from observed states of ``seg`` (module docstring); also
+        the imagined critic inputs and their detached lambda-returns ``(cobs [K, B, C], R [K, B])``, or None."""
+        cfg = self.cfg
+        entropy = self.pi.dist(seg["obs"][:, :1].flatten(0, 1)).entropy().sum(-1)
+        if self.model is None:  # no model yet: the actor waits
+            return entropy.mean() * 0.0, entropy, None
+        groups = [k[len("group/"):] for k in seg if k.startswith("group/")]
+        flat = {k: seg[f"group/{k}"].flatten(0, 1) for k in groups}
+        pick = torch.randint(flat["policy"].shape[0], (min(cfg.starts, flat["policy"].shape[0]),),
+                             generator=self.generator, device=self.device)
+        obs = {k: v[pick] for k, v in flat.items()}
+        cobs, rewards, conts = [critic_obs(obs)], [], []
+        for _ in range(cfg.horizon):
+            dist = self.pi.dist(obs["policy"])
+            eps = torch.randn(dist.mean.shape, generator=self.generator, device=self.device)
+            action = dist.mean + dist.stddev * eps
+            obs, reward, p_terminal = self.model.imagine_step(obs, action, self.generator)
+            cobs.append(critic_obs(obs))
+            rewards.append(reward)
+            conts.append(1.0 - p_terminal)
+        values = self.v.value(torch.stack(cobs))  # [H + 1, B]
+        ret = imagined_lambda_returns(torch.stack(rewards), torch.stack(conts), values, cfg.gamma, cfg.lam)
+        discount = torch.cumprod(torch.stack([torch.ones_like(conts[0])] + [cfg.gamma * c for c in conts[:-1]]), 0)
+        scale = self.retnorm.update(ret)
+        loss = -(discount.detach() * ret).mean() / scale - cfg.entropy * entropy.mean()
+        return loss, entropy, (torch.stack(cobs[:-1]).detach(), ret.detach())
 
     def actor(self) -> nn.Module:
         return self.pi

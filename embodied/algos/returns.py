@@ -30,6 +30,24 @@ def segment_lambda_returns(reward: torch.Tensor, terminated: torch.Tensor, done:
     return out
 
 
+def imagined_lambda_returns(reward: torch.Tensor, cont: torch.Tensor, value: torch.Tensor, gamma: float,
+                            lam: float) -> torch.Tensor:
+    """Lambda-returns of imagined rollouts ``[H, B]`` (DreamerV1-V3), differentiable in every input:
+
+        R_H = v_H,   R_t = r_t + gamma c_t ((1 - lam) v_t+1 + lam R_t+1),
+
+    with ``c_t`` the probability that the episode goes on after step ``t`` and ``value [H + 1, B]`` the values of the
+    states ``s_0 .. s_H``. Returns ``R_0 .. R_H-1``."""
+    if not reward.shape == cont.shape or value.shape != (reward.shape[0] + 1, *reward.shape[1:]):
+        raise ValueError(f"reward {tuple(reward.shape)} and cont {tuple(cont.shape)} must be [H, B] and value "
+                         f"{tuple(value.shape)} [H + 1, B]")
+    ret, out = value[-1], []
+    for t in range(reward.shape[0] - 1, -1, -1):
+        ret = reward[t] + gamma * cont[t] * ((1 - lam) * value[t + 1] + lam * ret)
+        out.append(ret)
+    return torch.stack(out[::-1])
+
+
 class PercentileScale:
     """DreamerV3's return normalization: EMAs (``rate``) of the 5th and 95th percentiles of the returns, and the
     scale ``max(limit, P95 - P5)`` that advantages are divided by (small returns are not blown up)."""

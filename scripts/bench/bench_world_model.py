@@ -9,6 +9,9 @@ For a task T (pendulum by default):
 - ``dream``: ``embodied train --task wm:T env.mode=dream total_steps=B``: B real steps only fit the model, SAC
   learns only from imagined rollouts; evaluated on the real task (R_dream). Then ``embodied wm-report`` on it;
 - ``dyna``: the same with ``env.mode=dyna`` (SAC also learns from the B real steps);
+- ``dream-dreamer``: ``dream`` with DreamerV1/V2's learner instead: ``algo=dreamer-ac dreamer-ac.actor_grad=dynamics``
+  (the actor maximizes lambda-returns backpropagated through the model's steps), one 15-step segment of the model
+  envs per real step (``env.model_steps=15``);
 - ``dream-long``: ``dream``'s policy trained on in ``dream``'s final model (fitted on all B real steps) for
   ``--long-steps`` more imagined steps, no real step: ``embodied train --task wm:T env.model=DREAM_RUN init=DREAM_RUN``
   (its actor warm-started, a fresh critic learning the actor's values for ``--burn-in`` imagined steps before the
@@ -52,7 +55,8 @@ MODEL = {"pendulum": ["log.eval_every=1000", "log.eval_episodes=20"],
          "halfcheetah": ["log.eval_every=5000", "log.eval_episodes=10", "log.checkpoint_every=0"]}
 
 
-VARIANTS = ("real", "random", "dream", "dyna", "dream-long")
+VARIANTS = ("real", "random", "dream", "dyna", "dream-long", "dream-dreamer")
+DREAMER = ["algo=dreamer-ac", "dreamer-ac.actor_grad=dynamics", "env.model_steps=15"]
 
 
 def _train(args: list[str], run_dir: Path, timeout_s: float) -> tuple[dict, float, list[dict]]:
@@ -115,10 +119,11 @@ def budget(real: dict, random_score: float) -> int:
     return next(step for step, score, _ in curve if score >= target)
 
 
-def run_model(task: str, mode: str, seed: int, steps: int, out: Path, timeout_s: float, extra=()) -> dict:
-    run_dir = out / "runs" / f"{mode}_{task}_seed{seed}"
+def run_model(task: str, variant: str, seed: int, steps: int, out: Path, timeout_s: float, extra=()) -> dict:
+    run_dir = out / "runs" / f"{variant}_{task}_seed{seed}"
+    mode, learner = ("dream", DREAMER) if variant == "dream-dreamer" else (variant, [])
     summary, wall, evals = _train(["--task", f"wm:{task}", f"seed={seed}", f"env.mode={mode}", f"total_steps={steps}",
-                                   *MODEL[task], *extra], run_dir, timeout_s)
+                                   *MODEL[task], *learner, *extra], run_dir, timeout_s)
     report = subprocess.run(["embodied", "wm-report", "--run", str(run_dir)], capture_output=True, text=True,
                             timeout=timeout_s)
     open_loop = json.loads((run_dir / "wm_report.json").read_text()) if report.returncode == 0 else None
@@ -201,7 +206,7 @@ def main() -> None:
             row = {"task": task, "seed": seed, "budget_real_steps": b, "R_random": rand, "R_real_at_budget": real_at_b,
                    "R_real_final": r["real"]["curve"][-1][1], "real_wall_s_to_budget":
                    next(w for step, _, w in r["real"]["curve"] if step == b)}
-            for mode in [m for m in ("dream", "dyna", "dream-long") if m in r]:
+            for mode in [m for m in ("dream", "dyna", "dream-long", "dream-dreamer") if m in r]:
                 final = r[mode]["curve"][-1][1]
                 row[f"R_{mode}"] = final
                 row[f"{mode}_to_real_score"] = (final - rand) / (real_at_b - rand)

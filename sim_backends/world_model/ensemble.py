@@ -68,13 +68,17 @@ class ProbabilisticEnsemble(nn.Module):
         self.register_buffer("out_free", torch.ones(self.out_dim))
         self.register_buffer("elite_idx", torch.arange(cfg.elites))
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, member: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``x [members, B, state+act]`` (raw) -> standardized ``mean, logvar [members, B, out]`` and the
-        termination logit ``[members, B]``."""
+        termination logit ``[members, B]``; with ``member``, ``x [B, state+act]`` through that member alone
+        (``[B, out]``, ``[B]``)."""
+        def linear(layer: EnsembleLinear, h: torch.Tensor) -> torch.Tensor:
+            return layer(h) if member is None else torch.addmm(layer.bias[member, 0], h, layer.weight[member])
+
         h = (x - self.in_mean) / self.in_std
         for layer in self.layers:
-            h = F.silu(layer(h))
-        mean, raw, term = self.head(h).split([self.out_dim, self.out_dim, 1], -1)
+            h = F.silu(linear(layer, h))
+        mean, raw, term = linear(self.head, h).split([self.out_dim, self.out_dim, 1], -1)
         logvar = self.max_logvar - F.softplus(self.max_logvar - raw)
         logvar = self.min_logvar + F.softplus(logvar - self.min_logvar)
         return mean, logvar, term.squeeze(-1)
@@ -118,6 +122,18 @@ class ProbabilisticEnsemble(nn.Module):
             spread = spread[:, dims]
         return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
                 "p_terminal": torch.sigmoid(term).mean(0), "disagreement": spread.amax(1)}
+
+    def member_step(self, state: torch.Tensor, action: torch.Tensor, member: int,
+                    noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One step of ``state [N, S]``, ``action [N, A]`` through member ``member`` alone, differentiable in both
+        (what a learner backpropagates through: dynamics gradients): ``next_state [N, S]``, ``reward [N]`` (the
+        member's mean, plus ``exp(logvar / 2) * noise`` with ``noise [N, S + 1]``: a reparameterized sample) and that
+        member's ``p_terminal [N]``. With no noise it is ``predict(deterministic=True)`` where that member is picked."""
+        mean, logvar, term = self(torch.cat([state, action], 1), member)
+        out = mean if noise is None else mean + torch.exp(0.5 * logvar) * noise
+        out = out * self.out_std * self.out_free + self.out_mean
+        return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
+                "p_terminal": torch.sigmoid(term)}
 
     @torch.no_grad()
     def expected(self, state: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:

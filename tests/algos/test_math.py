@@ -650,6 +650,23 @@ def test_lambda_returns_exact():
         segment_lambda_returns(r, no, no, v[:, :1], 0.5, 0.5)
 
 
+def test_imagined_lambda_returns_exact():
+    from embodied.algos.returns import imagined_lambda_returns
+
+    r = torch.tensor([[1.0], [2.0]])  # [H = 2, B = 1]
+    v = torch.tensor([[0.0], [10.0], [20.0]])  # v(s_0), v(s_1), v(s_2)
+    c = torch.tensor([[1.0], [0.5]])  # the episode goes on after step 0 surely, after step 1 with probability 0.5
+    # R_2 = 20; R_1 = 2 + 0.5 * 0.5 (0.5 * 20 + 0.5 * 20) = 7; R_0 = 1 + 0.5 * 1 * (0.5 * 10 + 0.5 * 7) = 5.25
+    assert imagined_lambda_returns(r, c, v, 0.5, 0.5).flatten().tolist() == [5.25, 7.0]
+    # differentiable: dR_0/dr_1 = gamma c_0 lam = 0.25, dR_0/dv_2 = gamma c_0 lam gamma c_1 = 0.0625
+    r.requires_grad_(True)
+    v.requires_grad_(True)
+    imagined_lambda_returns(r, c, v, 0.5, 0.5)[0, 0].backward()
+    assert r.grad.flatten().tolist() == [1.0, 0.25] and v.grad.flatten().tolist() == [0.0, 0.25, 0.0625]
+    with pytest.raises(ValueError):
+        imagined_lambda_returns(r, c, v[:2], 0.5, 0.5)
+
+
 def test_percentile_scale_exact():
     from embodied.algos.returns import PercentileScale
 

@@ -142,3 +142,29 @@ def test_ensemble_holds_entries_constant_in_the_data_exactly():
 def test_ensemble_rejects_bad_elites(elites):
     with pytest.raises(ValueError):
         ProbabilisticEnsemble(3, 1, EnsembleConfig(members=3, elites=elites))
+
+
+def test_one_members_step_is_the_ensembles_pick_and_carries_gradients():
+    torch.manual_seed(0)
+    net = ProbabilisticEnsemble(3, 2, EnsembleConfig(members=3, elites=1, hidden=[8, 8])).eval()
+    with torch.no_grad():
+        net.elite_idx.fill_(2)
+        net.in_mean.normal_()
+        net.out_std.uniform_(0.5, 2.0)
+        net.out_free[1] = 0.0  # an entry held constant
+    state, action = torch.randn(5, 3), torch.randn(5, 2)
+    g = torch.Generator().manual_seed(7)
+    sampled = net.predict(state, action, g)
+    g.manual_seed(7)
+    torch.randint(1, (5,), generator=g)  # predict draws each row's elite first, then the noise
+    noise = torch.randn(5, 4, generator=g)
+    one = net.member_step(state, action, 2, noise)
+    mean = net.member_step(state, action, 2)
+    for k in ("next_state", "reward"):
+        torch.testing.assert_close(one[k], sampled[k], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(mean[k], net.predict(state, action, deterministic=True)[k], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(one["p_terminal"], sampled["p_terminal"], rtol=1e-6, atol=1e-6)
+    assert torch.equal(one["next_state"][:, 1], state[:, 1] + net.out_mean[1])  # held: no drift, no noise
+    action.requires_grad_(True)
+    net.member_step(state, action, 2, noise)["reward"].sum().backward()
+    assert torch.isfinite(action.grad).all() and action.grad.abs().sum() > 0

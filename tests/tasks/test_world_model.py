@@ -368,3 +368,35 @@ def test_action_history_terms_are_kept_exactly_not_predicted():
     expected = torch.cat([before["policy"][:, history][:, 4:], action.clamp(-1.0, 1.0)], 1)
     assert torch.equal(info["final_obs"]["policy"][:, history], expected)
     assert env.sim.disagreement_dims.numel() == starts.shape[1] - 64  # the history is left out of it
+
+
+def test_imagine_step_is_the_env_step_and_carries_gradients():
+    # what a learner backpropagates through (dreamer-ac's actor_grad=dynamics) is the step the env takes: action
+    # clipped, history kept exactly, the observation held in its bounds and near the data
+    from embodied.tasks.world_model.env import WorldModelEnv
+
+    real = embodied.make_env("quadrotor-hover", num_envs=4, seed=0)
+    obs, _ = real.reset(seed=0)
+    starts = torch.cat([obs[k] for k in real.single_observation_space.spaces], 1)
+    torch.manual_seed(0)
+    network = ProbabilisticEnsemble(starts.shape[1], 4, EnsembleConfig(members=2, elites=1, hidden=[16]))
+    cfg = load_config("wm:quadrotor-hover", None, ["env.max_disagreement=null", "env.deterministic=true",
+                                                   "env.data_margin=0.5"]).env
+    env = WorldModelEnv(cfg, 4, "cpu", seed=0, task="quadrotor-hover", world=(network, {"task": "quadrotor-hover"}))
+    env.set_starts(starts, starts)
+    before, _ = env.reset(seed=0)
+    action = torch.tensor([[0.5, -2.0, 0.1, 1.0]]).expand(4, -1).clone()
+    imagined, reward, p_terminal = env.imagine_step(before, action, torch.Generator().manual_seed(0))
+    _, env_reward, _, _, info = env.step(action)
+    for k in before:
+        torch.testing.assert_close(imagined[k], info["final_obs"][k], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(reward, env_reward, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(p_terminal, env.sim.p_terminal, rtol=1e-6, atol=1e-6)
+    action.requires_grad_(True)
+    imagined, reward, _ = env.imagine_step(before, action, torch.Generator().manual_seed(0))
+    (grad,) = torch.autograd.grad(imagined["policy"][:, -4:].sum() + reward.sum(), action)
+    assert grad[:, 1].eq(0).all()  # held at its bound
+    assert grad[:, [0, 2]].ne(0).all() and grad[:, 3].ne(0).all()  # the newest history entry is the action itself
+    env.cfg.deterministic = False
+    sampled, _, _ = env.imagine_step(before, action, torch.Generator().manual_seed(0))
+    assert not torch.equal(sampled["critic"], imagined["critic"])

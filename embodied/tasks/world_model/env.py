@@ -190,6 +190,39 @@ class WorldModelEnv(ManagedVecEnv):
                 self._obs = held
             self.sim.x = self._obs
 
+    def imagine_step(self, obs: Obs, action: torch.Tensor, generator: torch.Generator,
+                     sample: bool = True) -> tuple[Obs, torch.Tensor, torch.Tensor]:
+        """A step of the model from any batch of observations ``obs`` (the task's groups), differentiable in ``obs``
+        and ``action``, for learners that backpropagate through the dynamics: one random elite for the whole batch
+        (``generator``), a reparameterized sample of it (its mean with ``sample=False`` or ``deterministic``), and
+        what a step of this env does to the prediction: action clipped to its bounds, action history kept exactly,
+        the observation held within its bounds and near the real data. Returns the next observation, the reward
+        ``[B]`` and the termination probability ``[B]``; the env's own state is untouched."""
+        if self.kind == "rssm":
+            raise UserError("dynamics gradients need an ensemble world model (state tasks); the RSSM is stepped only")
+        net = self.sim.network
+        x = torch.cat([obs[k] for k, _ in self.groups], 1)
+        action = torch.minimum(torch.maximum(action, self._act_low), self._act_high)
+        member = int(net.elite_idx[torch.randint(net.elite_idx.numel(), (1,), generator=generator,
+                                                 device=self.device)])
+        noise = None
+        if sample and not self.cfg.deterministic:
+            noise = torch.randn(x.shape[0], net.out_dim, generator=generator, device=self.device)
+        out = net.member_step(x, action, member, noise)
+        nxt = out["next_state"]
+        if self._history:
+            a = action.shape[1]
+            parts, at = [], 0
+            for sl in self._history:  # oldest first: drop the oldest action, append this one
+                parts += [nxt[:, at:sl.start], x[:, sl][:, a:], action]
+                at = sl.stop
+            nxt = torch.cat([*parts, nxt[:, at:]], 1)
+        nxt = torch.minimum(torch.maximum(nxt, self._low), self._high)
+        if self._data_low is not None:
+            nxt = torch.minimum(torch.maximum(nxt, self._data_low), self._data_high)
+        return (dict(zip([k for k, _ in self.groups], nxt.split([d for _, d in self.groups], 1))), out["reward"],
+                out["p_terminal"])
+
     def _rssm_observation(self) -> torch.Tensor:
         """The task's flat observation from the decoded one: the new frame appended to the image group's frame
         stack (oldest dropped), the decoded vector in the other groups."""

@@ -151,6 +151,7 @@ class Imagination:
                 self.next_fit += self.cfg.refit_every
         if not self.fitted:
             return
+        algo.attach_model(self.env)
         for _ in range(self.cfg.model_steps):
             imagined = self.collector.step(algo.act, version=algo.num_updates)
             imagined.stream = "model"
