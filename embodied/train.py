@@ -63,7 +63,8 @@ def build(cfg: RunConfig, run_dir: Path):
         int(cfg.total_steps * imagination.observed_per_real_step(collector.num_envs))
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
                        learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
-                       collector.layout(), cfg.data, cfg.base, spec.success_metric)
+                       collector.layout(), cfg.data, cfg.base, spec.success_metric,
+                       learned_model=imagination is not None)
     try:
         try:
             algo = algo_cls.build(cfg.algo_config, ctx)

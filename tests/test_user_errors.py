@@ -237,6 +237,14 @@ def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     assert not (tmp_path / "r").exists()  # a failed start leaves no empty run directory
 
 
+@pytest.mark.parametrize("override,word", [
+    ("dreamer-ac.actor_grad=dynamics", "wm:<task>"), ("dreamer-ac.actor_grad=nope", "actor_grad"),
+], ids=["dynamics-without-a-learned-model", "unknown-actor-grad"])
+def test_dreamer_actor_gradient_settings(user_error, tmp_path, override, word):
+    line = user_error([*TRAIN, "--run-dir", str(tmp_path / "r"), "algo=dreamer-ac", override])
+    assert word in line
+
+
 def test_unwritable_run_root(user_error, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")

@@ -38,6 +38,7 @@ class BuildContext:
     data: str = ""  # the run's dataset (``data=PATH``): what an offline algorithm learns from
     base: str = ""  # the run's frozen base policy (``base=RUN_DIR`` or a bundle): what a residual learner corrects
     success_metric: str | None = None  # the task's ``final_info`` key saying an episode succeeded (TaskSpec)
+    learned_model: bool = False  # the run learns a model of its task and hands it over (``Algorithm.attach_model``)
 
     def image(self, group: str) -> list | None:
         """``[start, C, H, W]`` of the group's image term, or None; more than one image term is a UserError."""

@@ -95,6 +95,9 @@ class DreamerAC(Algorithm):
         if cfg.actor_grad not in ("reinforce", "dynamics") or cfg.starts < 1:
             raise UserError(f"dreamer-ac: actor_grad must be reinforce or dynamics (got {cfg.actor_grad!r}), "
                             f"starts >= 1 (got {cfg.starts})")
+        if cfg.actor_grad == "dynamics" and not ctx.learned_model:
+            raise UserError("dreamer-ac.actor_grad=dynamics backpropagates through the model a wm:<task> run learns "
+                            "while training (no env.model=): use it there, or actor_grad=reinforce")
         return cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed)
 
     def __init__(self, cfg: DreamerACConfig, policy: PolicyConfig, obs_space, action_space, num_envs: int,
