@@ -19,6 +19,9 @@ FLOORS: dict[str, float] = {
     # SAC trained only in a learned model of the pendulum (wm:pendulum, env.mode=dream) on 3000 real steps,
     # evaluated on the real task; seed 0 reached -120 (issue 11)
     "sac_pendulum_dream": -400.0,
+    # dreamer-ac with dynamics gradients (configs/dreamer.yaml) trained only in a learned model of the pendulum
+    # (wm:pendulum), 3000 real steps, evaluated on the real task; seed 0 reached -119 (REINFORCE: -1167 at 4000)
+    "dreamer_ac_pendulum_dream": -400.0,
     # dreamer-ac (DreamerV3's actor-critic, REINFORCE) on the real target task, 8000 steps: seed 0 reached 9.65
     "dreamer_ac_target": 8.5,
     # quadrotor-hover defaults, the stopped policy on 100 fresh starts (another seed than any evaluation of

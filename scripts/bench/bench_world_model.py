@@ -9,9 +9,8 @@ For a task T (pendulum by default):
 - ``dream``: ``embodied train --task wm:T env.mode=dream total_steps=B``: B real steps only fit the model, SAC
   learns only from imagined rollouts; evaluated on the real task (R_dream). Then ``embodied wm-report`` on it;
 - ``dyna``: the same with ``env.mode=dyna`` (SAC also learns from the B real steps);
-- ``dream-dreamer``: ``dream`` with DreamerV1/V2's learner instead: ``algo=dreamer-ac dreamer-ac.actor_grad=dynamics``
-  (the actor maximizes lambda-returns backpropagated through the model's steps), one 15-step segment of the model
-  envs per real step (``env.model_steps=15``);
+- ``dream-dreamer``: ``dream`` with DreamerV1/V2's learner instead (``--preset dreamer``, configs/dreamer.yaml:
+  dreamer-ac's actor maximizes lambda-returns backpropagated through the model's steps);
 - ``dream-long``: ``dream``'s policy trained on in ``dream``'s final model (fitted on all B real steps) for
   ``--long-steps`` more imagined steps, no real step: ``embodied train --task wm:T env.model=DREAM_RUN init=DREAM_RUN``
   (its actor warm-started, a fresh critic learning the actor's values for ``--burn-in`` imagined steps before the
@@ -56,7 +55,7 @@ MODEL = {"pendulum": ["log.eval_every=1000", "log.eval_episodes=20"],
 
 
 VARIANTS = ("real", "random", "dream", "dyna", "dream-long", "dream-dreamer")
-DREAMER = ["algo=dreamer-ac", "dreamer-ac.actor_grad=dynamics", "env.model_steps=15"]
+DREAMER = ["--preset", "dreamer"]  # configs/dreamer.yaml
 
 
 def _train(args: list[str], run_dir: Path, timeout_s: float) -> tuple[dict, float, list[dict]]:

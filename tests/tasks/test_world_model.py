@@ -181,6 +181,13 @@ def test_sac_trained_only_in_the_model_swings_the_real_pendulum_up(tmp_path):
     assert summary["eval/return"] >= _floors()["sac_pendulum_dream"], summary
 
 
+def test_dreamer_ac_backpropagating_through_the_model_swings_the_real_pendulum_up(tmp_path):
+    # DreamerV1/V2's actor gradient: lambda-returns of imagined rollouts differentiated through the ensemble's steps
+    cfg = load_config("wm:pendulum", "dreamer", [*QUIET, "total_steps=3000", "log.eval_every=0"])
+    _, summary = train(cfg, tmp_path / "run")
+    assert summary["eval/return"] >= _floors()["dreamer_ac_pendulum_dream"], summary
+
+
 class _Drift:
     """A 'model' that adds 1 to every state dimension per step and predicts reward 0."""
 
