@@ -153,7 +153,8 @@ class DreamerAC(Algorithm):
         with torch.no_grad():
             next_value = self.v.value(seg["next_cobs"])
             ret = segment_lambda_returns(seg["reward"], seg["terminated"], seg["done"], next_value, cfg.gamma, cfg.lam)
-            scale = self.retnorm.update(ret)
+            if cfg.actor_grad == "reinforce":  # with dynamics gradients S follows the imagined returns
+                self.retnorm.update(ret)
             slow = self.v_slow.value(seg["cobs"])
         logits = self.v(seg["cobs"])
         value = self.v.twohot.decode(logits)
@@ -165,7 +166,7 @@ class DreamerAC(Algorithm):
                 cobs, target = imagined
                 critic_loss = critic_loss + self.v.twohot.loss(self.v(cobs), target).mean()
         else:
-            adv = ((ret - value) / scale).detach()
+            adv = ((ret - value) / self.retnorm.scale).detach()
             dist = self.pi.dist(seg["obs"])
             logp = dist.log_prob(seg["action"]).sum(-1)
             entropy = dist.entropy().sum(-1)
@@ -184,7 +185,7 @@ class DreamerAC(Algorithm):
                 b_slow.copy_(b)
         self.num_updates += 1
         return {"dreamer/actor_loss": float(actor_loss.detach()), "dreamer/critic_loss": float(critic_loss.detach()),
-                "dreamer/return": float(ret.mean()), "dreamer/return_scale": float(scale),
+                "dreamer/return": float(ret.mean()), "dreamer/return_scale": float(self.retnorm.scale),
                 "dreamer/entropy": float(entropy.mean().detach()), "dreamer/value": float(value.mean().detach())}
 
     def attach_model(self, model) -> None:
