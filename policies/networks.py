@@ -118,24 +118,44 @@ class GroupMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Each layer is one matmul on the activations: the group structure goes into the weights,
-        which are assembled from the shared parameters on every call (parameter-sized gathers)."""
+        which are assembled from the shared parameters (parameter-sized gathers): on every call that
+        records gradients, and otherwise once per change of the parameters (a target network, acting),
+        which their version counters tell: a writer that bypasses them (torch's fused Adam kernel) must bump
+        them (``embodied.algos.optim.FusedAdam`` does)."""
+        if torch.is_grad_enabled():
+            layers = self._assemble()
+        else:
+            key = tuple((q.data_ptr(), q._version) for q in self.parameters())
+            if getattr(self, "_cache_key", None) != key:
+                self._cache, self._cache_key = self._assemble(), key
+            layers = self._cache
+        h = x
+        for i, (bias, weight_t) in enumerate(layers):
+            h = torch.addmm(bias, h, weight_t)
+            if i < len(layers) - 1:
+                h = self.act(h)
+        return h
+
+    def _assemble(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(bias, weight^T)`` of every layer of the equivalent plain MLP."""
         n = self.num
         # lifting: W1 (g x) = (W1 P_g) x with (W1 P_g)[:, i] = sign_g^-1[i] W1[:, index_g^-1[i]]
         c, d = self.lift.weight.shape
         lift = self.lift.weight.index_select(1, self.in_inv_index.flatten()).view(c, n, d) * self.in_inv_sign
-        h = self.act(torch.addmm(self.lift.bias.repeat(n), x, lift.transpose(0, 1).reshape(n * c, d).t()))
+        layers = [(self.lift.bias.repeat(n), lift.transpose(0, 1).reshape(n * c, d).t())]
         for w, bias in zip(self.weights, self.biases):
             c_out, c_in = w.shape[1], w.shape[2]
             full = w.index_select(0, self.kernel.flatten()).view(n, n, c_out, c_in)
             full = full.permute(0, 2, 1, 3).reshape(n * c_out, n * c_in)  # [G c_out, G c_in]
-            h = self.act(torch.addmm(bias.repeat(n), h, full.t()))
+            layers.append((bias.repeat(n), full.t()))
         # projection: mean_g g^-1 (W_out h[g] + b_out) as one [G c, out] matrix
         a = self.out.weight.shape[0]
         flat = self.out_inv_index.flatten()
         out_w = self.out.weight.index_select(0, flat).view(n, a, -1) * self.out_inv_sign[..., None]
         out_w = out_w.permute(0, 2, 1)  # [G, c, out]
         out_b = (self.out.bias.index_select(0, flat).view(n, a) * self.out_inv_sign).mean(0)
-        return torch.addmm(out_b, h, out_w.reshape(-1, out_w.shape[2]) / n)
+        layers.append((out_b, out_w.reshape(-1, out_w.shape[2]) / n))
+        return layers
 
 
 class ImageEncoder(nn.Module):

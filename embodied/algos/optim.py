@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+from torch.autograd.graph import increment_version
 
 
 class FusedAdam:
@@ -36,6 +37,10 @@ class FusedAdam:
             torch._fused_adam_(g["params"], list(group_grads), self.exp_avg[i], self.exp_avg_sq[i], [],
                                self.steps[i], amsgrad=False, lr=g["lr"], beta1=self.betas[0], beta2=self.betas[1],
                                weight_decay=g["weight_decay"], eps=self.eps, maximize=False)
+            # the fused kernel writes the parameters without bumping their version counters, as every in-place
+            # op does: bumped here, so what is keyed on them (autograd's saved-tensor check, GroupMLP's weights
+            # assembled for acting) sees the change
+            increment_version(g["params"])
 
     def state_dict(self) -> dict:
         return {"exp_avg": [[t.clone() for t in ts] for ts in self.exp_avg],

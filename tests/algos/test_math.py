@@ -608,6 +608,10 @@ def test_fused_adam_matches_torch_adam_with_skipped_groups_and_clipping():
         for a, b in zip([p for n in nets for p in n.parameters()], [p for n in twins for p in n.parameters()]):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
     assert int(mine.steps[0][0]) == 6 and int(mine.steps[1][0]) == 3
+    # a step is an in-place write: the moved parameters' version counters say so, the others' do not
+    versions = [p._version for n in twins for p in n.parameters()]
+    mine.step({1: [torch.ones_like(p) for p in twins[1].parameters()]})
+    assert [p._version for n in twins for p in n.parameters()] == [*versions[:2], *(v + 1 for v in versions[2:])]
 
 
 def test_ppo_linear_lr_schedule_and_adam_eps():

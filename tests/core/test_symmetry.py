@@ -96,6 +96,30 @@ def test_equivariant_actor_fixed_state_gets_fixed_action_and_matches_a_plain_mlp
     torch.testing.assert_close(one(x), torch.tanh(net.out(h)))
 
 
+def test_equivariant_actor_reuses_its_weights_without_gradients_until_they_change():
+    torch.manual_seed(0)
+    actor = DeterministicActor(3, 2, [8, 8], "relu", group=TOY)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        first = actor(x)
+        assert torch.equal(actor(x), first) and torch.equal(first, actor(x))
+        cached = actor.net._cache
+        actor(x)
+        assert actor.net._cache is cached  # assembled once while the parameters stay
+    torch.testing.assert_close(actor(x), first, rtol=0, atol=0)  # the recorded path assembles afresh
+    opt = torch.optim.Adam(actor.parameters(), lr=0.1)
+    actor(x).sum().backward()
+    opt.step()  # in place: the cache follows
+    with torch.no_grad():
+        after = actor(x)
+    assert not torch.equal(after, first)
+    torch.testing.assert_close(after, actor(x).detach(), rtol=0, atol=0)
+    copy = __import__("copy").deepcopy(actor)
+    with torch.no_grad():
+        copy.net.out.bias.add_(1.0)
+        assert not torch.equal(copy(x), after) and torch.equal(actor(x), after)
+
+
 def test_hidden_width_must_divide_by_group_size():
     with pytest.raises(UserError, match="multiples"):
         DeterministicActor(3, 2, [6], "relu", group=TOY)
