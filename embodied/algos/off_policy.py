@@ -57,6 +57,10 @@ class OffPolicyConfig:
     # quadrotor-hover trained in its model (1M imagined steps): the final actor 0.59 / 0.65 real success, its
     # target 0.73 / 0.82 (100 starts each, two evaluation seeds)
     deploy_average: bool = False
+    # the average's own rate (None: ``tau``, the critic targets' rate); TD3 then keeps a copy of its own beside the
+    # target actor. An average spans about 1 / rate actor steps: at SAC's tau 0.005 ~200 (~800 env steps at 0.25
+    # actor steps per env step), too short to smooth what the policy does between evaluations
+    average_tau: float | None = None
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -85,6 +89,8 @@ class OffPolicyAlgorithm(Algorithm):
                             f"{type(action_space).__name__}; use algo=ppo")
         if (cfg.symmetry_augmentation or policy.symmetrize) and symmetry is None:
             raise UserError("symmetry_augmentation / policy.symmetrize need a task that declares a symmetry group")
+        if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
+            raise UserError(f"average_tau is the averaged actor's rate: in (0, 1], got {cfg.average_tau}")
         self.symmetry = symmetry.to(self.device) if symmetry is not None else None
         self._critic_key = "critic" if "critic" in obs_space.spaces else "policy"
         self._row_group: tuple[torch.Tensor, torch.Tensor] | None = None  # built on first augmented batch
@@ -173,7 +179,8 @@ class OffPolicyAlgorithm(Algorithm):
     def _average_step(self) -> None:
         """After an actor step: the averaged actor moves by ``tau`` toward the actor."""
         if self.pi_average is not None:
-            self._polyak(list(self.pi_average.parameters()), self._pi_params, self.cfg.tau)
+            rate = self.cfg.tau if self.cfg.average_tau is None else self.cfg.average_tau
+            self._polyak(list(self.pi_average.parameters()), self._pi_params, rate)
 
     @torch.no_grad()
     def _sync_inputs(self, average: nn.Module) -> None:

@@ -49,7 +49,13 @@ class TD3(OffPolicyAlgorithm):
         return actor
 
     def _make_average(self) -> nn.Module:
+        if self.cfg.average_tau is not None:  # an average at its own rate: a copy of its own
+            return super()._make_average()
         return self.pi_target  # already the Polyak average of the actor (tau, on the delayed steps)
+
+    def _average_step(self) -> None:
+        if self.pi_average is not self.pi_target:
+            super()._average_step()
 
     def actor_loaded(self) -> None:
         # a warm-started actor's target starts as that actor, not as the random one it was copied from at build
@@ -99,6 +105,8 @@ class TD3(OffPolicyAlgorithm):
             loss = loss + pi_loss
             metrics["td3/actor_loss"] = pi_loss.detach()
         self._apply(loss, actor_step)
+        if actor_step:
+            self._average_step()
         if delayed:
             self._polyak(self._qt_params, self._q_params, cfg.tau)
             self._polyak(self._pit_params, self._pi_params, cfg.tau)

@@ -22,6 +22,7 @@ from embodied.algos.sac import SAC, SACConfig
 from embodied.algos.td3 import TD3, TD3Config
 from embodied.config import PolicyConfig
 from embodied.core.base import box
+from embodied.core.errors import UserError
 from embodied.policies import EmpiricalNormalizer, SquashedGaussianActor, TwinQCritic
 from embodied.policies.networks import EnsembleMLP
 
@@ -568,6 +569,26 @@ def test_sac_deploy_average_is_a_polyak_copy_checkpointed():
     other.load_state_dict(algo.state_dict())
     for a, b in zip(other.pi_average.parameters(), algo.pi_average.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("algo_cls,cfg_cls", [(TD3, TD3Config), (SAC, SACConfig)], ids=["td3", "sac"])
+def test_deploy_average_at_its_own_rate(algo_cls, cfg_cls):
+    """average_tau: the shipped average moves by its own rate on actor steps, apart from the critic targets' tau
+    (TD3 then keeps it beside its target actor)."""
+    cfg = cfg_cls(batch_size=4, warmup_steps=0, buffer_size=16, actor_every=1, tau=0.5, deploy_average=True,
+                  average_tau=0.125)
+    obs_space, act_space = spaces(2, 1)
+    algo = algo_cls(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+                    torch.device("cpu"), seed=0)
+    fill_tiny_buffer(algo)
+    avg = [p.clone() for p in algo.pi_average.parameters()]
+    algo._gradient_step()
+    for a, old, new in zip(algo.pi_average.parameters(), avg, algo.pi.parameters()):
+        torch.testing.assert_close(a, old + 0.125 * (new - old), rtol=1e-6, atol=1e-7)
+    assert algo.actor() is algo.pi_average and algo.pi_average is not getattr(algo, "pi_target", None)
+    with pytest.raises(UserError, match="average_tau"):
+        algo_cls(cfg_cls(average_tau=0.0), PolicyConfig(actor_hidden=[8]), obs_space, act_space, 8,
+                 torch.device("cpu"), seed=0)
 
 
 def test_td3_exploration_stays_in_action_space():
