@@ -551,18 +551,25 @@ def test_td3_deploy_average_ships_the_target_actor():
     torch.testing.assert_close(algo.pi(x), algo.pi_target(x), rtol=0, atol=0)
 
 
+def _one_averaged_step(algo_cls, cfg, rate: float):
+    """A learner with ``deploy_average`` after one gradient step, its average checked to have moved by ``rate``."""
+    obs_space, act_space = spaces(2, 1)
+    algo = algo_cls(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
+                    torch.device("cpu"), seed=0)
+    fill_tiny_buffer(algo)
+    avg = [p.clone() for p in algo.pi_average.parameters()]
+    algo._gradient_step()
+    for a, old, new in zip(algo.pi_average.parameters(), avg, algo.pi.parameters()):
+        torch.testing.assert_close(a, old + rate * (new - old), rtol=1e-6, atol=1e-7)
+    return algo
+
+
 def test_sac_deploy_average_is_a_polyak_copy_checkpointed():
     """SAC with deploy_average keeps a copy of its actor that each actor step moves by tau; ``actor()`` is that
     copy; it round-trips through ``state_dict``."""
     cfg = SACConfig(batch_size=4, warmup_steps=0, buffer_size=16, actor_every=1, tau=0.25, deploy_average=True)
     obs_space, act_space = spaces(2, 1)
-    algo = SAC(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
-               torch.device("cpu"), seed=0)
-    fill_tiny_buffer(algo)
-    avg = [p.clone() for p in algo.pi_average.parameters()]
-    algo._gradient_step()
-    for a, old, new in zip(algo.pi_average.parameters(), avg, algo.pi.parameters()):
-        torch.testing.assert_close(a, old + 0.25 * (new - old), rtol=1e-6, atol=1e-7)
+    algo = _one_averaged_step(SAC, cfg, 0.25)
     assert algo.actor() is algo.pi_average and not torch.equal(algo.pi.net[0].weight, algo.pi_average.net[0].weight)
     other = SAC(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
                 torch.device("cpu"), seed=1)
@@ -577,14 +584,8 @@ def test_deploy_average_at_its_own_rate(algo_cls, cfg_cls):
     (TD3 then keeps it beside its target actor)."""
     cfg = cfg_cls(batch_size=4, warmup_steps=0, buffer_size=16, actor_every=1, tau=0.5, deploy_average=True,
                   average_tau=0.125)
+    algo = _one_averaged_step(algo_cls, cfg, 0.125)
     obs_space, act_space = spaces(2, 1)
-    algo = algo_cls(cfg, PolicyConfig(actor_hidden=[8], critic_hidden=[8]), obs_space, act_space, 8,
-                    torch.device("cpu"), seed=0)
-    fill_tiny_buffer(algo)
-    avg = [p.clone() for p in algo.pi_average.parameters()]
-    algo._gradient_step()
-    for a, old, new in zip(algo.pi_average.parameters(), avg, algo.pi.parameters()):
-        torch.testing.assert_close(a, old + 0.125 * (new - old), rtol=1e-6, atol=1e-7)
     assert algo.actor() is algo.pi_average and algo.pi_average is not getattr(algo, "pi_target", None)
     with pytest.raises(UserError, match="average_tau"):
         algo_cls(cfg_cls(average_tau=0.0), PolicyConfig(actor_hidden=[8]), obs_space, act_space, 8,
