@@ -132,8 +132,9 @@ class DreamerAC(Algorithm):
         update_normalizer(self.pi, tr.obs["policy"])
         if hasattr(self.v.normalizer, "update"):
             self.v.normalizer.update(critic_obs(tr.obs))
+        groups = {f"group/{k}": v for k, v in tr.obs.items()} if self.cfg.actor_grad == "dynamics" else {}
         self.segments.setdefault(tr.stream, []).append({
-            **{f"group/{k}": v for k, v in tr.obs.items()},
+            **groups,  # every observation group: imagined rollouts start from them
             "obs": tr.obs["policy"], "cobs": critic_obs(tr.obs), "action": tr.action, "reward": tr.reward,
             "terminated": tr.terminated, "done": tr.terminated | tr.truncated, "next_cobs": critic_obs(tr.next_obs)})
         self.num_observed += tr.reward.shape[0]
