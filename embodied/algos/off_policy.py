@@ -177,7 +177,7 @@ class OffPolicyAlgorithm(Algorithm):
         return copy.deepcopy(self.pi).requires_grad_(False)
 
     def _average_step(self) -> None:
-        """After an actor step: the averaged actor moves by ``tau`` toward the actor."""
+        """After an actor step: the averaged actor moves by ``average_tau`` (or ``tau``) toward the actor."""
         if self.pi_average is not None:
             rate = self.cfg.tau if self.cfg.average_tau is None else self.cfg.average_tau
             self._polyak(list(self.pi_average.parameters()), self._pi_params, rate)
