@@ -115,13 +115,11 @@ class ProbabilisticEnsemble(nn.Module):
         if not deterministic:
             noise = torch.randn(out.shape, generator=generator, device=state.device)
             out = out + torch.exp(0.5 * logvar[pick, rows]) * noise
-        out = out * self.out_std * self.out_free + self.out_mean
         held = mean[..., :self.state_dim] * self.out_free[:self.state_dim]
         spread = held.std(0, unbiased=False) if e.numel() > 1 else held[0] * 0
         if dims is not None:
             spread = spread[:, dims]
-        return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
-                "p_terminal": torch.sigmoid(term).mean(0), "disagreement": spread.amax(1)}
+        return {**self._step(state, out), "p_terminal": torch.sigmoid(term).mean(0), "disagreement": spread.amax(1)}
 
     def member_step(self, state: torch.Tensor, action: torch.Tensor, member: int,
                     noise: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -131,9 +129,7 @@ class ProbabilisticEnsemble(nn.Module):
         member's ``p_terminal [N]``. With no noise it is ``predict(deterministic=True)`` where that member is picked."""
         mean, logvar, term = self(torch.cat([state, action], 1), member)
         out = mean if noise is None else mean + torch.exp(0.5 * logvar) * noise
-        out = out * self.out_std * self.out_free + self.out_mean
-        return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
-                "p_terminal": torch.sigmoid(term)}
+        return {**self._step(state, out), "p_terminal": torch.sigmoid(term)}
 
     @torch.no_grad()
     def expected(self, state: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -141,9 +137,14 @@ class ProbabilisticEnsemble(nn.Module):
         ``p_terminal [N]``; what open-loop error reports measure."""
         n = state.shape[0]
         mean, _, term = self(torch.cat([state, action], 1).expand(self.members, n, -1))
-        out = mean[self.elite_idx].mean(0) * self.out_std * self.out_free + self.out_mean
-        return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim],
+        return {**self._step(state, mean[self.elite_idx].mean(0)),
                 "p_terminal": torch.sigmoid(term[self.elite_idx]).mean(0)}
+
+    def _step(self, state: torch.Tensor, out: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``next_state`` and ``reward`` from a standardized prediction ``out [N, S + 1]`` (entries constant in the
+        data held at their constant)."""
+        out = out * self.out_std * self.out_free + self.out_mean
+        return {"next_state": state + out[:, :self.state_dim], "reward": out[:, self.state_dim]}
 
 
 _MEMBER_KEYS = ("layers.", "head.")  # per-member weights ([members, ...]); the log-variance bounds are shared

@@ -173,31 +173,39 @@ class WorldModelEnv(ManagedVecEnv):
         before = self._obs
         self.sim.step(action)
         if self.kind == "rssm":
-            obs = self._rssm_observation()
-        else:
-            obs = self.sim.x
-            if self._history:
-                obs = obs.clone()
-                a = action.shape[1]
-                for sl in self._history:  # oldest first: drop the oldest action, append this one
-                    obs[:, sl] = torch.cat([before[:, sl][:, a:], action], 1)
-        # a model's prediction stays within the bounds the real observation has (unit vectors, speed limits)
-        self._obs = torch.minimum(torch.maximum(obs, self._low), self._high)
-        if self.kind != "rssm":
-            if self._data_low is not None:  # and near the real states (data_margin)
-                held = torch.minimum(torch.maximum(self._obs, self._data_low), self._data_high)
-                self._held = (held != self._obs).any(1)
-                self._obs = held
-            self.sim.x = self._obs
+            self._obs = torch.minimum(torch.maximum(self._rssm_observation(), self._low), self._high)
+            return
+        self._obs, held = self._keep(before, self.sim.x, action)
+        if held is not None:
+            self._held = held
+        self.sim.x = self._obs
+
+    def _keep(self, before: torch.Tensor, predicted: torch.Tensor,
+              action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """What a step does to an ensemble's prediction of the flat observation after ``before`` (differentiable):
+        the action-history terms kept exactly (shifted, ``action`` appended), the observation held within the bounds
+        the real one has (unit vectors, speed limits) and near the real states (``data_margin``). Returns the
+        observation and the rows the data range held (None without one)."""
+        obs = predicted
+        if self._history:
+            a, parts, at = action.shape[1], [], 0
+            for sl in self._history:  # oldest first: drop the oldest action, append this one
+                parts += [obs[:, at:sl.start], before[:, sl][:, a:], action]
+                at = sl.stop
+            obs = torch.cat([*parts, obs[:, at:]], 1)
+        obs = torch.minimum(torch.maximum(obs, self._low), self._high)
+        if self._data_low is None:
+            return obs, None
+        kept = torch.minimum(torch.maximum(obs, self._data_low), self._data_high)
+        return kept, (kept != obs).any(1)
 
     def imagine_step(self, obs: Obs, action: torch.Tensor, generator: torch.Generator,
                      sample: bool = True) -> tuple[Obs, torch.Tensor, torch.Tensor]:
         """A step of the model from any batch of observations ``obs`` (the task's groups), differentiable in ``obs``
         and ``action``, for learners that backpropagate through the dynamics: one random elite for the whole batch
         (``generator``), a reparameterized sample of it (its mean with ``sample=False`` or ``deterministic``), and
-        what a step of this env does to the prediction: action clipped to its bounds, action history kept exactly,
-        the observation held within its bounds and near the real data. Returns the next observation, the reward
-        ``[B]`` and the termination probability ``[B]``; the env's own state is untouched."""
+        what a step of this env does to the prediction (``_keep``). Returns the next observation, the reward ``[B]``
+        and the termination probability ``[B]``; the env's own state is untouched."""
         if self.kind == "rssm":
             raise UserError("dynamics gradients need an ensemble world model (state tasks); the RSSM is stepped only")
         net = self.sim.network
@@ -209,17 +217,7 @@ class WorldModelEnv(ManagedVecEnv):
         if sample and not self.cfg.deterministic:
             noise = torch.randn(x.shape[0], net.out_dim, generator=generator, device=self.device)
         out = net.member_step(x, action, member, noise)
-        nxt = out["next_state"]
-        if self._history:
-            a = action.shape[1]
-            parts, at = [], 0
-            for sl in self._history:  # oldest first: drop the oldest action, append this one
-                parts += [nxt[:, at:sl.start], x[:, sl][:, a:], action]
-                at = sl.stop
-            nxt = torch.cat([*parts, nxt[:, at:]], 1)
-        nxt = torch.minimum(torch.maximum(nxt, self._low), self._high)
-        if self._data_low is not None:
-            nxt = torch.minimum(torch.maximum(nxt, self._data_low), self._data_high)
+        nxt, _ = self._keep(x, out["next_state"], action)
         return (dict(zip([k for k, _ in self.groups], nxt.split([d for _, d in self.groups], 1))), out["reward"],
                 out["p_terminal"])
 
