@@ -205,7 +205,7 @@ def main() -> None:
             row = {"task": task, "seed": seed, "budget_real_steps": b, "R_random": rand, "R_real_at_budget": real_at_b,
                    "R_real_final": r["real"]["curve"][-1][1], "real_wall_s_to_budget":
                    next(w for step, _, w in r["real"]["curve"] if step == b)}
-            for mode in [m for m in ("dream", "dyna", "dream-long", "dream-dreamer") if m in r]:
+            for mode in [m for m in VARIANTS if m not in ("real", "random") and m in r]:
                 final = r[mode]["curve"][-1][1]
                 row[f"R_{mode}"] = final
                 row[f"{mode}_to_real_score"] = (final - rand) / (real_at_b - rand)
