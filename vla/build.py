@@ -19,6 +19,18 @@ def instruction_term(layout, group: str = "policy") -> list[int] | None:
     return None
 
 
+def state_terms(layout, group: str = "policy") -> list[list[int]]:
+    """``[start, size, kind]`` of each state term of the group (not the instruction, not an image), ``kind`` the
+    same for terms of the same size, unit, frame and description (one object's pose and another's)."""
+    slices, kinds, out = layout.slices(group), {}, []
+    for t in layout.terms(group):
+        if t.source == "instruction" or t.shape:
+            continue
+        kind = kinds.setdefault((t.size, t.unit, t.frame, t.description), len(kinds))
+        out.append([slices[t.name].start, t.size, kind])
+    return out
+
+
 def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
     """A fresh VLA for the run of ``ctx`` (a ``BuildContext``); ``announce`` prints its size and latency."""
     cfg = ctx.policy.vla
@@ -26,6 +38,8 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
     if text is None:
         raise UserError("policy.arch=vla needs a language-conditioned task (an instruction term in its policy "
                         "observations), e.g. mini-libero")
+    if cfg.state_encoder not in ("mlp", "tokens"):
+        raise UserError(f"policy.vla.state_encoder is mlp or tokens, got {cfg.state_encoder!r}")
     if cfg.head not in ("tokens", "continuous") or cfg.vision not in ("cnn", "vit"):
         raise UserError(f"policy.vla: head is tokens|continuous and vision cnn|vit, got {cfg.head!r}, "
                         f"{cfg.vision!r}")
@@ -35,7 +49,8 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
     obs_dim = ctx.obs_space["policy"].shape[0]
     try:
         policy = VLAPolicy(obs_dim, act_dim, text, ctx.image("policy"), cfg.vision, cfg.width, cfg.head, cfg.bins,
-                           cfg.chunk, cfg.execute, ctx.policy.obs_normalization)
+                           cfg.chunk, cfg.execute, ctx.policy.obs_normalization,
+                           terms=state_terms(ctx.layout) if cfg.state_encoder == "tokens" else None)
     except ValueError as e:
         raise UserError(f"policy.vla: {e}") from None
     if announce:

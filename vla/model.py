@@ -88,12 +88,49 @@ class TinyViT(nn.Module):
         return self.norm(self.blocks(x)[:, 0])
 
 
+class TermTokens(nn.Module):
+    """The state as a set of tokens, one per observation term, and the instruction as one more; pre-norm transformer
+    layers over them; the instruction token's output. Terms of one kind (``kinds``: the same size, unit, frame and
+    description, e.g. each cube's pose) share one encoder and differ by a learned identity embedding: a skill
+    learned on one object carries to the others, and attention lets the instruction pick the object it names.
+    ``terms``: ``[start, size]`` of each term in the state vector."""
+
+    def __init__(self, terms: list, kinds: list, text_dim: int, dim: int = 64, depth: int = 2, heads: int = 4):
+        super().__init__()
+        self.terms = [(int(a), int(b)) for a, b in terms]
+        self.kinds = [int(k) for k in kinds]
+        sizes = {}
+        for (_, size), kind in zip(self.terms, self.kinds):
+            if sizes.setdefault(kind, size) != size:
+                raise ValueError(f"terms of kind {kind} differ in size ({sizes[kind]} and {size})")
+        self.encoders = nn.ModuleList(nn.Linear(sizes[k], dim) for k in range(max(self.kinds) + 1))
+        # per kind, the state entries of its terms ``[n_terms, size]`` (one matmul per kind), and the token order
+        for k in range(len(self.encoders)):
+            idx = [list(range(a, a + n)) for (a, n), kind in zip(self.terms, self.kinds) if kind == k]
+            self.register_buffer(f"entries{k}", torch.tensor(idx, dtype=torch.long), persistent=False)
+        order = [i for k in range(len(self.encoders)) for i, kind in enumerate(self.kinds) if kind == k]
+        self.register_buffer("order", torch.tensor(order, dtype=torch.long).argsort(), persistent=False)
+        self.text = nn.Linear(text_dim, dim)
+        self.identity = nn.Parameter(torch.randn(1, len(self.terms) + 1, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.out_dim = dim
+
+    def forward(self, state: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        by_kind = [enc(state[:, getattr(self, f"entries{k}")]) for k, enc in enumerate(self.encoders)]
+        x = torch.cat([self.text(text)[:, None], torch.cat(by_kind, 1)[:, self.order]], 1) + self.identity
+        return self.norm(self.blocks(x)[:, 0])
+
+
 class VLAPolicy(ChunkQueue, nn.Module):
     spec_name = "vla"
 
     def __init__(self, obs_dim: int, act_dim: int, text: list, image: list | None = None, vision: str = "cnn",
                  width: int = 256, head: str = "tokens", bins: int = 256, chunk: int = 4, execute: int = 1,
-                 obs_normalization: bool = True, low: list | None = None, high: list | None = None):
+                 obs_normalization: bool = True, low: list | None = None, high: list | None = None,
+                 terms: list | None = None):
         super().__init__()
         if head not in ("tokens", "continuous"):
             raise ValueError(f"head must be tokens or continuous, got {head!r}")
@@ -103,7 +140,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
             raise ValueError(f"execute must be in 1..chunk, got {execute} of {chunk}")
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, text=list(text), image=image, vision=vision,
                                 width=width, head=head, bins=bins, chunk=chunk, execute=execute,
-                                obs_normalization=obs_normalization, low=low, high=high)
+                                obs_normalization=obs_normalization, low=low, high=high, terms=terms)
         self.act_dim, self.horizon, self.execute, self.bins, self.head = act_dim, chunk, execute, bins, head
         t0, t_len = int(text[0]), int(text[1])
         keep = torch.ones(obs_dim, dtype=torch.bool)
@@ -118,9 +155,15 @@ class VLAPolicy(ChunkQueue, nn.Module):
         self.register_buffer("state_idx", keep.nonzero().squeeze(-1), persistent=False)
         state_dim = int(keep.sum())
         self.normalizer = EmpiricalNormalizer(state_dim) if obs_normalization else nn.Identity()
+        self.tokens = None
+        if terms:  # [obs start, size, kind] of each state term: a term-token encoder (``TermTokens``)
+            position = torch.cumsum(keep.long(), 0) - 1  # an observation entry's place in the state vector
+            self.tokens = TermTokens([[int(position[int(a)]), int(n)] for a, n, _ in terms], [k for _, _, k in terms],
+                                     t_len)
         self.state_net = nn.Sequential(nn.Linear(state_dim, STATE_FEATURES), nn.SiLU())
         self.text_net = nn.Linear(t_len, TEXT_FEATURES)
-        feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0)
+        feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0) + \
+            (self.tokens.out_dim if self.tokens is not None else 0)
         self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
                                    nn.SiLU())
         if head == "tokens":
@@ -146,7 +189,10 @@ class VLAPolicy(ChunkQueue, nn.Module):
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         state, text, image = self.split(obs)
-        parts = [self.state_net(self.normalizer(state)), self.text_net(text)]
+        state = self.normalizer(state)
+        parts = [self.state_net(state), self.text_net(text)]
+        if self.tokens is not None:
+            parts.append(self.tokens(state, text))
         if image is not None:
             parts.append(self.vision(image, text))
         return self.trunk(torch.cat(parts, 1))

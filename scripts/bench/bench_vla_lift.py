@@ -79,12 +79,14 @@ def main() -> None:
     ap.add_argument("--observation", default="state", choices=["state", "pixels"])
     ap.add_argument("--eval-episodes", type=int, default=130)
     ap.add_argument("--timeout-s", type=float, default=4 * 3600.0)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="settings for every train command (e.g. policy.vla.state_encoder=mlp)")
     ap.add_argument("--out", default="bench_results/vla_lift")
     ap.add_argument("--plot", action="store_true", help="only draw the curves of what ran")
     args = ap.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    obs = [f"env.observation={args.observation}"]
+    obs = [f"env.observation={args.observation}", *args.set]
     if not args.plot:
         for seed in args.seeds:
             for k in args.demos:

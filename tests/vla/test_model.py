@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from embodied.policies.actor_critic import sample_action
-from embodied.vla.model import FiLMConvEncoder, TinyViT, VLAPolicy, soft_bin_cross_entropy
+from embodied.vla.model import FiLMConvEncoder, TermTokens, TinyViT, VLAPolicy, soft_bin_cross_entropy
 
 STATE, TEXT = 10, 384
 
@@ -30,6 +30,39 @@ def test_vit_reads_the_instruction_token():
     img = torch.rand(2, 6 * 32 * 32)
     out1, out2 = vit(img, torch.randn(2, TEXT)), vit(img, torch.randn(2, TEXT))
     assert out1.shape == (2, 128) and not torch.allclose(out1, out2)
+
+
+def test_term_tokens_share_one_encoder_per_kind():
+    # proprio (3), two objects of one kind (4 each), a surface (2): swapping the two objects' values together with
+    # their identity embeddings leaves the output exactly as it was (one shared encoder, nothing else tells them apart)
+    tok = TermTokens([[0, 3], [3, 4], [7, 4], [11, 2]], [0, 1, 1, 2], TEXT)
+    assert len(tok.encoders) == 3
+    g = torch.Generator().manual_seed(0)
+    state, text = torch.randn(5, 13, generator=g), torch.randn(5, TEXT, generator=g)
+    out = tok(state, text)
+    assert out.shape == (5, 64)
+    swapped = torch.cat([state[:, :3], state[:, 7:11], state[:, 3:7], state[:, 11:]], 1)
+    assert not torch.allclose(tok(swapped, text), out, atol=1e-4)  # the identities differ
+    with torch.no_grad():
+        tok.identity[:, [2, 3]] = tok.identity[:, [3, 2]]
+    assert torch.allclose(tok(swapped, text), out, atol=1e-6)
+    with pytest.raises(ValueError, match="differ in size"):
+        TermTokens([[0, 3], [3, 4]], [0, 0], TEXT)
+
+
+def test_state_terms_of_a_language_task_group_objects_by_kind():
+    from embodied.core.layout import Layout, Term
+    from embodied.vla.build import state_terms
+
+    cube = dict(size=5, unit="m", frame="world", description="pose")
+    layout = Layout({"policy": (Term("grip", 3, "m"), Term("red", **cube), Term("blue", **cube),
+                                Term("plate", 3, "m", "world"), Term("instruction", TEXT, source="instruction"))},
+                    (), 20.0)
+    assert state_terms(layout) == [[0, 3, 0], [3, 5, 1], [8, 5, 1], [13, 3, 2]]
+    # in the policy: the state vector leaves the instruction out; tokens are read from it
+    obs_dim = 16 + TEXT
+    pi = VLAPolicy(obs_dim, 7, [16, TEXT], terms=state_terms(layout))
+    assert pi.tokens.terms == [(0, 3), (3, 5), (8, 5), (13, 3)] and pi(torch.rand(2, obs_dim)).shape == (2, 7)
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"image": [STATE, 6, 32, 32]}, {"image": [STATE, 6, 32, 32], "vision": "vit"},

@@ -278,10 +278,11 @@ class MiniLiberoEnv(TabletopEnv):
     def _objects_state(self) -> torch.Tensor:
         pos, rot = self.cube_poses()
         yaw = torch.atan2(rot[..., 1, 0], rot[..., 0, 0])
-        cubes = torch.cat([pos, torch.cos(4 * yaw)[..., None], torch.sin(4 * yaw)[..., None]], 2).flatten(1)
+        grip = self.controller.ee_pose()[0][:, None]
+        cubes = torch.cat([pos, pos - grip, torch.cos(4 * yaw)[..., None], torch.sin(4 * yaw)[..., None]], 2)
         surfaces = torch.cat([self.surface_xy, torch.tensor([2 * PLATE[2], 2 * TRAY[2]], dtype=F64)
-                              .expand(self.num_envs, 2)[..., None]], 2).flatten(1)
-        return torch.cat([cubes, surfaces], 1)
+                              .expand(self.num_envs, 2)[..., None]], 2)
+        return torch.cat([cubes.flatten(1), torch.cat([surfaces, surfaces - grip], 2).flatten(1)], 1)
 
     def _observe(self):
         grip, rot = self.controller.ee_pose()
@@ -342,8 +343,10 @@ class MiniLiberoEnv(TabletopEnv):
         proprio = (Term("grip_pos", 3, "m", "world", "the grip point between the finger pads"),
                    Term("grip_rot6", 6, "1", "world", "first two columns of the gripper's rotation"),
                    Term("finger_opening", 1, "m", "", "distance between the finger pads"))
-        objects = (*(Term(f"{c}_cube", 5, "m|1", "world", "position, cos and sin of 4 x yaw") for c in COLOURS),
-                   Term("plate_pos", 3, "m", "world"), Term("tray_pos", 3, "m", "world"))
+        objects = (*(Term(f"{c}_cube", 8, "m|1", "world",
+                          "position, position from the grip point, cos and sin of 4 x yaw") for c in COLOURS),
+                   Term("plate_pos", 6, "m", "world", "position, position from the grip point"),
+                   Term("tray_pos", 6, "m", "world", "position, position from the grip point"))
         text = Term("instruction", TEXT_DIM, "1", "", "MiniLM embedding of the instruction", source="instruction")
         size = self.cfg.image_size
         image = Term("cameras", 6 * size * size, "1", "", "agentview then wrist RGB in [0, 1], channel-major",
