@@ -85,6 +85,25 @@ def test_export_takes_the_instruction_as_an_input(bc_run, tmp_path):
         export_run(run_dir, tmp_path / "c", fmt="c", count=64)
 
 
+def test_term_token_vla_clones_and_exports_with_parity(bc_run, tmp_path):
+    from embodied.hardware.bundle import export_run
+
+    run_dir, _ = bc_run
+    data = load_checkpoint(run_dir)["config"]["data"]
+    cfg = load_config("point-reach-language", None, [*QUIET, "algo=bc", f"data={data}", "policy.arch=vla",
+                                                     "policy.vla.state_encoder=tokens", "total_steps=50",
+                                                     "num_envs=16", "bc.batch_size=64"])
+    tokens_run, _ = train(cfg, tmp_path / "tokens")
+    actor = load_checkpoint(tokens_run)["policy"]["spec"]
+    assert actor["kwargs"]["terms"] == [[0, 2, 0]]  # point-reach-language: one state term, its position
+    meta = export_run(tokens_run, tmp_path / "bundle", fmt="onnx", count=64)
+    assert meta["parity"]["passed"]
+    bad = load_config("point-reach-language", None, [*QUIET, "algo=bc", f"data={data}", "policy.arch=vla",
+                                                     "policy.vla.state_encoder=graph"])
+    with pytest.raises(UserError, match="state_encoder"):
+        train(bad, tmp_path / "bad")
+
+
 def test_residual_learner_over_a_frozen_vla(bc_run, tmp_path):
     run_dir, bc_summary = bc_run
     cfg = load_config("point-reach-language", None, [*QUIET, "algo=residual-ppo", f"base={run_dir}", "num_envs=16",
