@@ -32,6 +32,13 @@ STATE_FEATURES = 128
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 
 
+def _transformer(dim: int, depth: int, heads: int) -> nn.TransformerEncoder:
+    """``depth`` pre-norm transformer layers of width ``dim`` (GELU, feed-forward ``2 dim``, no dropout)."""
+    layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu", batch_first=True,
+                                       norm_first=True)
+    return nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+
+
 class FiLMConvEncoder(nn.Module):
     """``[B, C*H*W]`` image and ``[B, T]`` text -> ``[B, channels[-1]]``. FiLM: ``x <- x (1 + gamma) + beta`` after
     each block's norm, ``(gamma, beta)`` a linear map of the text (zero at init: the identity)."""
@@ -75,9 +82,7 @@ class TinyViT(nn.Module):
         self.pos = nn.Parameter(torch.randn(1, n + 2, dim) * 0.02)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.text = nn.Linear(text_dim, dim)
-        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu", batch_first=True,
-                                           norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.blocks = _transformer(dim, depth, heads)
         self.norm = nn.LayerNorm(dim)
         self.out_dim = dim
 
@@ -112,9 +117,7 @@ class TermTokens(nn.Module):
         self.register_buffer("order", torch.tensor(order, dtype=torch.long).argsort(), persistent=False)
         self.text = nn.Linear(text_dim, dim)
         self.identity = nn.Parameter(torch.randn(1, len(self.terms) + 1, dim) * 0.02)
-        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu", batch_first=True,
-                                           norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.blocks = _transformer(dim, depth, heads)
         self.norm = nn.LayerNorm(dim)
         self.out_dim = dim
 
