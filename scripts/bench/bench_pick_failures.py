@@ -2,7 +2,9 @@
 first episode of each of ``--episodes`` envs (``embodied eval``'s starts), each episode classed by the cube's path:
 ``success``, ``never lifted`` (the cube never rose 1 cm: the grasp missed and was not retried), ``over the plate``
 (it ended above the plate, not resting on it) or ``lifted, not placed`` (lifted, then dropped or carried elsewhere).
-Prints one JSON per run.
+A mini-libero run (issue 13) is classed per task: ``success``, ``never reached`` (the grip point never came within
+2 cm of the instructed cube), ``wrong cube lifted`` (another cube rose 1 cm; not a success), ``lifted, not placed``
+(the instructed cube rose, the goal never held) and ``reached, not lifted``. Prints one JSON per run.
 
     python scripts/bench/bench_pick_failures.py RUN [RUN ...] [--episodes 100]
 """
@@ -30,6 +32,9 @@ def classify(run: Path, episodes: int) -> dict:
     cfg = config_from_dict(ckpt["config"])
     policy = policy_from_checkpoint(ckpt, run)
     env = make_eval_env(cfg, num_envs=episodes)
+    if hasattr(env, "cube_poses"):  # mini-libero
+        return {"run": str(run), "task": cfg.task, "step": int(ckpt["step"]), "episodes": episodes,
+                **classify_suite(env, policy, eval_seed(cfg))}
     if not isinstance(env, PickPlaceEnv):
         raise SystemExit(f"{run}: a pick-place run is needed, this one is {cfg.task}")
     obs, _ = env.reset(seed=eval_seed(cfg))
@@ -59,6 +64,44 @@ def classify(run: Path, episodes: int) -> dict:
                "lifted, not placed": ~success & lifted & ~over}
     return {"run": str(run), "task": cfg.task, "step": int(ckpt["step"]), "episodes": n,
             **{k: int(v.sum()) for k, v in classes.items()}}
+
+
+def classify_suite(env, policy, seed: int) -> dict:
+    """mini-libero: the first episode of every env classed by what the grip and the cubes did, per task."""
+    from embodied.tasks.manipulation.tabletop import CUBE
+
+    n = env.num_envs
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    rows = torch.arange(n)
+    task, target = env.task_id.clone(), env.target.clone()
+    done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+    reached, lifted, wrong = done.clone(), done.clone(), done.clone()
+    for _ in range(env.max_episode_steps):
+        pos, _ = env.cube_poses()
+        grip, _ = env.controller.ee_pose()
+        live, up = ~done, pos[:, :, 2] > CUBE + 0.01
+        others = up.clone()
+        others[rows, target] = False
+        reached[live] |= ((grip - pos[rows, target]).norm(dim=1) < 0.02)[live]
+        lifted[live] |= up[rows, target][live]
+        wrong[live] |= others.any(1)[live]
+        obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
+        ended = (terminated | truncated) & ~done
+        policy.reset(terminated | truncated)
+        final = info.get("final_info") or {}
+        if bool(ended.any()) and "success" in final:
+            success[ended] = final["success"][ended].bool()
+        done |= ended
+        if bool(done.all()):
+            break
+    fail = ~success
+    classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
+               "wrong cube lifted": fail & wrong,
+               "lifted, not placed": fail & ~wrong & lifted, "reached, not lifted": fail & ~wrong & reached & ~lifted}
+    per_task = {name: {"episodes": int((task == i).sum())} | {k: int((v & (task == i)).sum()) for k, v in
+                                                             classes.items()} for i, name in enumerate(env.task_names)}
+    return {**{k: int(v.sum()) for k, v in classes.items()}, "per_task": per_task}
 
 
 def main() -> None:
