@@ -125,7 +125,7 @@ def test_scripted_experts_succeed(task, floor):
 
 
 def test_peg_expert_jitters_coarsely_away_from_the_hole_and_finely_over_it():
-    """The peg expert's action noise: ``action_noise`` (default 0.05) on the way, ``insert_noise`` (0.01) once the
+    """The peg expert's action noise: ``action_noise`` (default 0.05) on the way, ``fine_noise`` (0.01) once the
     peg's bottom is within ``near_hole`` over the hole or lowered into it; the executed action is the label plus
     noise of exactly that spread. The peg's scene squeezes harder than the others' (finger servos 2000 vs 500 N/m)."""
     import embodied

@@ -73,5 +73,5 @@ def test_expert_solves_the_suite(minilm):
         if "final_info" in info:
             results += info["final_info"]["success"][term | trunc].tolist()
     e.close()
-    # measured 0.90-0.92 over 104-260 episodes; the stacking task is the hardest (0.5-0.6)
-    assert sum(results) / len(results) >= 0.7
+    # measured 0.987 over 520 episodes (every task >= 0.95) since the placement takes less noise; 0.90-0.93 before
+    assert sum(results) / len(results) >= 0.85

@@ -30,10 +30,10 @@ its resting height on it within 3 mm and slower than 5 cm/s (a support cube's to
 Observation groups: ``policy`` is the proprioception (grip point, its rotation, finger opening), then either the
 objects' state (``observation=state``: each cube's position, its position from the grip point and quarter-turn
 yaw features, the plate's and the tray's position and their positions from the grip point; the relative positions
-lifted 10-demo BC from 5.4% to 6.9%, seed 0) or the cameras' image (``observation=pixels``; agent view and wrist, stacked as channels), then the
-instruction's 384-d MiniLM embedding (a term whose ``source`` is ``instruction``); ``text`` is that embedding again,
-``[N, 384]`` float32; ``critic`` adds the objects' state, the goal point, the arm's joints and velocities.
-``info["instruction"]`` lists each env's instruction string after every reset and step."""
+lifted 10-demo BC from 5.4% to 6.9%, seed 0) or the cameras' image (``observation=pixels``; agent view and wrist,
+stacked as channels), then the instruction's 384-d MiniLM embedding (a term whose ``source`` is ``instruction``);
+``text`` is that embedding again, ``[N, 384]`` float32; ``critic`` adds the objects' state, the goal point, the
+arm's joints and velocities. ``info["instruction"]`` lists each env's instruction string after every reset and step."""
 
 from __future__ import annotations
 
