@@ -33,6 +33,7 @@ class Expert:
     # miss where none is given: demonstrations of the recovery did not lift pick-place BC (3 seeds at 50 demos, a
     # wider randomization: 58% without, 55% with miss=0.3), so none by default
     default_miss = 0.0
+    fine_noise: float | None = None  # the action-noise ceiling in the steps ``fine`` marks (None: no such steps)
 
     def __init__(self, env, action_noise: float | None = None, target_noise: float = 0.0, seed: int = 0,
                  gain: float = 1.0, miss: float | None = None):
@@ -80,8 +81,6 @@ class Expert:
         self.timer += 1
         self.label = label.clamp(-1.0, 1.0).float()
         return action.clamp(-1.0, 1.0).float()
-
-    fine_noise: float | None = None  # the action-noise ceiling in the steps ``fine`` marks (None: no such steps)
 
     def noise_std(self) -> torch.Tensor:
         """``[N]``: this step's action-noise std per env: ``action_noise``, at most ``fine_noise`` where ``fine``."""
