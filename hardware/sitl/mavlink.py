@@ -54,6 +54,7 @@ class MavlinkVehicle:
         self.env.reset(seed=seed)
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
+        self.error: BaseException | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> MavlinkVehicle:
@@ -64,6 +65,8 @@ class MavlinkVehicle:
         self._stop.set()
         self._thread.join(timeout=2)
         self.conn.close()
+        if self.error is not None:  # the vehicle's thread died: say why (a frozen count alone says nothing)
+            raise RuntimeError(f"the MAVLink vehicle's thread stopped on {self.error!r}") from self.error
 
     def __enter__(self) -> MavlinkVehicle:
         return self.start()
@@ -161,6 +164,13 @@ class MavlinkVehicle:
                                      self.m.MAV_STATE_ACTIVE if self.armed else self.m.MAV_STATE_STANDBY)
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as e:  # kept for ``stop``: a daemon thread's exception is otherwise only printed
+            self.error = e
+            raise
+
+    def _serve(self) -> None:
         next_tick, next_beat = time.monotonic(), 0.0
         while not self._stop.is_set():
             now = time.monotonic()

@@ -4,6 +4,7 @@
   ``embodied train algo=bc policy.arch=vla data=DEMOS`` (``--bc-steps`` gradient steps);
 - ``grpo{k}``: ``embodied train algo=grpo policy.arch=vla init=BC_RUN`` for ``--rl-steps`` env steps;
 - ``ppo{k}``: ``embodied train algo=ppo policy.arch=vla init=BC_RUN`` (critic warm-up) for the same env steps;
+- ``residual-sac{k}``: ``embodied train algo=residual-sac base=BC_RUN`` (a residual over the frozen clone, 16 envs);
 
 each scored by ``embodied eval --episodes 130`` (10 per task in expectation; per-task and per-group success), the
 BC runs also on the held-out paraphrases (``env.phrasing=heldout``). Observations: ``--observation state`` (the
@@ -40,7 +41,9 @@ RL = {"grpo": ["algo=grpo", "num_envs=64", "grpo.group_size=8", "grpo.batch_grou
                "log.eval_every=50000", "log.eval_episodes=65"],
       "ppo": ["algo=ppo", "num_envs=64", "ppo.num_steps=50", "ppo.lr=1e-4", "ppo.critic_warmup=5",
               "policy.critic_hidden=[256,256]", "ppo.entropy_coef=0.0", "log.eval_every=50000",
-              "log.eval_episodes=65"]}
+              "log.eval_episodes=65"],
+      # residual SAC over the frozen clone (issue 12's learner) on the task's dense reward terms
+      "residual-sac": ["algo=residual-sac", "num_envs=16", "log.eval_every=50000", "log.eval_episodes=65"]}
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
@@ -76,7 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     ap.add_argument("--demos", type=int, nargs="*", default=[1, 10], help="demonstrations per task")
-    ap.add_argument("--variants", nargs="*", default=["bc", "grpo", "ppo"], choices=["bc", "grpo", "ppo"])
+    ap.add_argument("--variants", nargs="*", default=["bc", "grpo", "ppo"], choices=["bc", *RL])
     ap.add_argument("--bc-steps", type=int, default=2000)
     ap.add_argument("--rl-steps", type=int, default=300_000)
     ap.add_argument("--observation", default="state", choices=["state", "pixels"])
@@ -120,7 +123,8 @@ def main() -> None:
                         if not bc_dir.exists():
                             raise SystemExit(f"{name} needs {bc_dir}: run the bc variant first")
                         run_dir = out / "runs" / f"{name}_{args.observation}_seed{seed}"
-                        summary, wall, _ = _train(run_dir, [*RL[variant], *obs, f"seed={seed}", f"init={bc_dir}",
+                        start = f"base={bc_dir}" if variant.startswith("residual") else f"init={bc_dir}"
+                        summary, wall, _ = _train(run_dir, [*RL[variant], *obs, f"seed={seed}", start,
                                                             f"total_steps={args.rl_steps}"], args.timeout_s)
                         result.update(train_wall_s=round(wall, 1), curve=_curve(run_dir),
                                       eval=_eval(run_dir, args.eval_episodes, args.timeout_s))
