@@ -92,7 +92,7 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    obs = [f"env.observation={args.observation}", *args.set]
+    settings = [f"env.observation={args.observation}", *args.set]  # every train command's
     if not args.plot:
         for seed in args.seeds:
             for k in args.demos:
@@ -112,7 +112,7 @@ def main() -> None:
                         summary, demo_wall, _ = _run(
                             ["embodied", "collect-demos", "--task", TASK, "--episodes", str(k * TASKS_PER_SUITE),
                              "--out", str(demos), "--seed", str(1000 + seed), "--num-envs", "26"], args.timeout_s)
-                        _, wall, log = _train(bc_dir, [*BC, *obs, f"seed={seed}", f"data={demos}",
+                        _, wall, log = _train(bc_dir, [*BC, *settings, f"seed={seed}", f"data={demos}",
                                                        f"total_steps={args.bc_steps}"], args.timeout_s)
                         result.update(demos=summary, demos_wall_s=round(demo_wall, 1), train_wall_s=round(wall, 1),
                                       policy=next((ln for ln in log.splitlines() if ln.startswith("vla:")), ""),
@@ -124,7 +124,7 @@ def main() -> None:
                             raise SystemExit(f"{name} needs {bc_dir}: run the bc variant first")
                         run_dir = out / "runs" / f"{name}_{args.observation}_seed{seed}"
                         start = f"base={bc_dir}" if variant.startswith("residual") else f"init={bc_dir}"
-                        summary, wall, _ = _train(run_dir, [*RL[variant], *obs, f"seed={seed}", start,
+                        summary, wall, _ = _train(run_dir, [*RL[variant], *settings, f"seed={seed}", start,
                                                             f"total_steps={args.rl_steps}"], args.timeout_s)
                         result.update(train_wall_s=round(wall, 1), curve=_curve(run_dir),
                                       eval=_eval(run_dir, args.eval_episodes, args.timeout_s))
