@@ -143,15 +143,17 @@ class ControlLoop:
             self._log = open(cfg.log_path, "w")  # noqa: SIM115 - closed in the finally below
         try:
             lc.to(Mode.CONNECTED, 0, "link open")
+            # everything allocated so far (torch, the simulator, the bundle) moves out of the collector's reach: a
+            # full collection of a heap that size stalled a 100 Hz loop for ~120 ms once per run. Before arming:
+            # between arming and the first tick the set-point stream must not pause (a PX4 vehicle's offboard
+            # failsafe took over after a 0.5 s collection of a large test process's heap)
+            gc.collect()
+            gc.freeze()
             robot.arm()
             lc.to(Mode.ARMED, 0, "armed")
             self._reset_policy()
             self._compute(robot.observe())  # warm-up call, not applied: the first tick is not the slow one
             self._reset_policy()
-            # everything allocated so far (torch, the simulator, the bundle) moves out of the collector's reach: a
-            # full collection of a heap that size stalled a 100 Hz loop for ~120 ms once per run
-            gc.collect()
-            gc.freeze()
             lc.to(Mode.ACTIVE, 0, "control loop started")
             last_seq = None
             t0 = self._t_loop = time.monotonic()

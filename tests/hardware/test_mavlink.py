@@ -113,7 +113,8 @@ def test_flight_over_mavlink_reads_the_plant_and_lands(rates_bundle, plant_state
         deadline = time.monotonic() + 5.0  # the fake counts on its own thread: let it drain its socket under load
         while v.counts["SET_ATTITUDE_TARGET"] < summary["ticks"] and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert v.counts["SET_ATTITUDE_TARGET"] >= 90 and v.counts["acks_ok"] >= 2
+        why = (summary["outcome"], summary["fault"], summary["ticks"], v.events)  # a short flight says why it ended
+        assert v.counts["SET_ATTITUDE_TARGET"] >= 90 and v.counts["acks_ok"] >= 2, why
     assert summary["outcome"] == "completed" and summary["ticks"] >= 90
     assert [t["dst"] for t in summary["transitions"]][-2:] == ["landing", "disarmed"]
     # the state the policy saw is one of the plant's recent states (telemetry lags a period or more under load)
