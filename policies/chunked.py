@@ -43,15 +43,17 @@ class ChunkQueue:
         self.act_dim, self.horizon, self.execute, self.ensemble = int(act_dim), int(horizon), int(execute), ensemble
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Empty the queues of the envs in ``mask`` (all when None): their next action comes from a new chunk."""
+        """Empty the queues of the envs in ``mask`` (all when None): their next action comes from a new chunk.
+        Resetting all drops the queues, so the next batch may hold another number of envs (training rollouts
+        after an evaluation of more episodes than training envs)."""
+        if mask is None:
+            self._queue = self._next = self._past = self._valid = None
+            return
         if self._valid is not None:
-            self._valid[slice(None) if mask is None else mask.to(self._valid.device)] = False
+            self._valid[mask.to(self._valid.device)] = False
         if self._queue is None:
             return
-        if mask is None:
-            self._next.fill_(self.execute)
-        else:
-            self._next[mask.to(self._next.device)] = self.execute
+        self._next[mask.to(self._next.device)] = self.execute
 
     def _ensembled(self, obs: torch.Tensor, advance: bool) -> torch.Tensor:
         n, h = obs.shape[0], self.horizon
