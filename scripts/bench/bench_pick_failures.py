@@ -37,33 +37,47 @@ def classify(run: Path, episodes: int) -> dict:
                 **classify_suite(env, policy, eval_seed(cfg))}
     if not isinstance(env, PickPlaceEnv):
         raise SystemExit(f"{run}: a pick-place run is needed, this one is {cfg.task}")
-    obs, _ = env.reset(seed=eval_seed(cfg))
-    policy.reset()
     n = episodes
-    done = torch.zeros(n, dtype=torch.bool)
-    success = torch.zeros(n, dtype=torch.bool)
-    lifted = torch.zeros(n, dtype=torch.bool)
-    over = torch.zeros(n, dtype=torch.bool)
-    for _ in range(env.max_episode_steps):
+    lifted, over, near = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
+
+    def watch(live: torch.Tensor) -> None:
         pos, _ = env.object_pose()
-        live = ~done
         lifted[live] |= pos[live, 2] > CUBE + 0.01
-        near = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
-        obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
-        ended = (terminated | truncated) & ~done
-        policy.reset(terminated | truncated)
-        final = info.get("final_info") or {}
-        if bool(ended.any()):
-            if "success" in final:
-                success[ended] = final["success"][ended].bool()
-            over[ended] = near[ended]
-        done |= ended
-        if bool(done.all()):
-            break
+        near[:] = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
+
+    def ended(mask: torch.Tensor) -> None:  # where the cube was when the episode ended
+        over[mask] = near[mask]
+
+    success = _first_episodes(env, policy, eval_seed(cfg), watch, ended)
     classes = {"success": success, "never lifted": ~success & ~lifted, "over the plate": ~success & lifted & over,
                "lifted, not placed": ~success & lifted & ~over}
     return {"run": str(run), "task": cfg.task, "step": int(ckpt["step"]), "episodes": n,
             **{k: int(v.sum()) for k, v in classes.items()}}
+
+
+def _first_episodes(env, policy, seed: int, watch, ended=None) -> torch.Tensor:
+    """Run every env's first episode from ``seed`` with the policy; ``watch(live)`` sees the state before each step
+    (``live``: the envs whose first episode goes on), ``ended(mask)`` the envs whose first episode just ended.
+    Returns which first episodes succeeded."""
+    n = env.num_envs
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+    for _ in range(env.max_episode_steps):
+        watch(~done)
+        obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
+        now = (terminated | truncated) & ~done
+        policy.reset(terminated | truncated)
+        final = info.get("final_info") or {}
+        if bool(now.any()):
+            if "success" in final:
+                success[now] = final["success"][now].bool()
+            if ended is not None:
+                ended(now)
+        done |= now
+        if bool(done.all()):
+            break
+    return success
 
 
 def classify_suite(env, policy, seed: int) -> dict:
@@ -71,30 +85,21 @@ def classify_suite(env, policy, seed: int) -> dict:
     from embodied.tasks.manipulation.tabletop import CUBE
 
     n = env.num_envs
-    obs, _ = env.reset(seed=seed)
-    policy.reset()
     rows = torch.arange(n)
     task, target = env.task_id.clone(), env.target.clone()
-    done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
-    reached, lifted, wrong = done.clone(), done.clone(), done.clone()
-    for _ in range(env.max_episode_steps):
+    reached, lifted, wrong = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
+
+    def watch(live: torch.Tensor) -> None:
         pos, _ = env.cube_poses()
         grip, _ = env.controller.ee_pose()
-        live, up = ~done, pos[:, :, 2] > CUBE + 0.01
+        up = pos[:, :, 2] > CUBE + 0.01
         others = up.clone()
         others[rows, target] = False
         reached[live] |= ((grip - pos[rows, target]).norm(dim=1) < 0.02)[live]
         lifted[live] |= up[rows, target][live]
         wrong[live] |= others.any(1)[live]
-        obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
-        ended = (terminated | truncated) & ~done
-        policy.reset(terminated | truncated)
-        final = info.get("final_info") or {}
-        if bool(ended.any()) and "success" in final:
-            success[ended] = final["success"][ended].bool()
-        done |= ended
-        if bool(done.all()):
-            break
+
+    success = _first_episodes(env, policy, seed, watch)
     fail = ~success
     classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
                "wrong cube lifted": fail & wrong,
