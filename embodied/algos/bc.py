@@ -43,6 +43,9 @@ class BCConfig:
     head: str = "mse"  # mse: regress the chunk (tanh MLP); flow: a flow-matching chunk head (policies/flow.py)
     flow_steps: int = 10  # the flow head's Euler steps per chunk
     ensemble: float | None = None  # a chunked policy's temporal ensembling (ACT: 0.01): look every step, average
+    # Gaussian noise on the training inputs' state entries (not images, not the instruction), in units of each
+    # entry's standard deviation over the dataset: a regularizer against over-fitting a few demonstrations
+    obs_noise: float = 0.0
 
 
 def chunk_targets(action: torch.Tensor, episode: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -73,6 +76,8 @@ class BC(Algorithm):
             raise UserError(f"bc: chunk >= 1 and execute in 0..chunk, got {cfg.chunk}, {cfg.execute}")
         if cfg.head not in ("mse", "flow") or cfg.flow_steps < 1:
             raise UserError(f"bc: head is mse or flow and flow_steps >= 1, got {cfg.head!r}, {cfg.flow_steps}")
+        if not cfg.obs_noise >= 0:
+            raise UserError(f"bc.obs_noise is a noise scale in standard deviations: >= 0, got {cfg.obs_noise}")
         data = read_transitions(ctx.data, ["policy"])
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
@@ -119,11 +124,25 @@ class BC(Algorithm):
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
         self.obs, self.action = self.packer.pack(obs[~val]), action[~val]
         self.val_obs, self.val_action = self.packer.pack(obs[val]), action[val]
+        self.noise_scale = self._noise_scale(obs[~val], ctx.layout) if cfg.obs_noise > 0 else None
         del obs
         self.num_updates = 0
         self._val_loss = float("nan")
         self.label_smoothing, self.label_sigma = p.vla.label_smoothing, p.vla.label_sigma
         self.text_noise = p.vla.text_noise
+
+    def _noise_scale(self, obs: torch.Tensor, layout) -> torch.Tensor:
+        """``obs_noise`` times each state entry's standard deviation over the training rows; 0 on images and the
+        instruction (a task without a layout: every entry)."""
+        from embodied.vla.build import state_terms
+
+        std = obs.std(0) if obs.shape[0] > 1 else torch.zeros(obs.shape[1], device=obs.device)
+        if layout is None or "policy" not in layout.observation:
+            return self.cfg.obs_noise * std
+        keep = torch.zeros_like(std)
+        for start, size, _ in state_terms(layout):
+            keep[start:start + size] = 1.0
+        return self.cfg.obs_noise * std * keep
 
     def act(self, obs: Obs) -> torch.Tensor:
         return self.pi.act(obs["policy"])
@@ -134,7 +153,10 @@ class BC(Algorithm):
     def update(self) -> dict[str, float]:
         idx = torch.randint(self.action.shape[0], (self.cfg.batch_size,), generator=self.generator,
                             device=self.device)
-        loss = self.loss(self.packer.unpack_rows(self.obs, idx), self.action[idx])
+        obs = self.packer.unpack_rows(self.obs, idx)
+        if self.noise_scale is not None:
+            obs = obs + torch.randn(obs.shape, generator=self.generator, device=self.device) * self.noise_scale
+        loss = self.loss(obs, self.action[idx])
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)

@@ -113,3 +113,23 @@ def test_residual_learner_over_a_frozen_vla(bc_run, tmp_path):
     _, summary = train(cfg, tmp_path / "residual")
     # the residual starts at zero: the frozen clone's behaviour, kept while the residual learns (0.88 measured)
     assert summary["eval/success"] >= FLOORS["bc_vla_point_reach_language_success"] - 0.1
+
+
+def test_bc_obs_noise_scales_state_entries_only(bc_run, tmp_path):
+    from embodied.datasets import read_transitions
+    from embodied.train import build
+
+    run_dir, _ = bc_run
+    data = load_checkpoint(run_dir)["config"]["data"]
+    cfg = load_config("point-reach-language", None, [*QUIET, "algo=bc", f"data={data}", "policy.arch=vla",
+                                                     "bc.obs_noise=0.5", "bc.holdout=0"])
+    (tmp_path / "probe").mkdir()
+    runner = build(cfg, tmp_path / "probe")
+    state = read_transitions(data, ["policy"])["state"]
+    scale = runner.algo.noise_scale  # point-reach-language: [pos (2), instruction (384)]
+    assert torch.allclose(scale[:2], 0.5 * state[:, :2].std(0)) and bool((scale[2:] == 0).all())
+    runner.algo.update()  # a noisy step runs
+    runner.collector.close()
+    with pytest.raises(UserError, match="obs_noise"):
+        build(load_config("point-reach-language", None, [*QUIET, "algo=bc", f"data={data}", "policy.arch=vla",
+                                                         "bc.obs_noise=-1"]), tmp_path / "probe")
