@@ -42,9 +42,10 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(num, 1, out_dim).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
-        if detach:  # gradient flows to the input only (e.g. the actor's action through a critic)
-            return torch.baddbmm(self.bias.detach(), x, self.weight.detach())
-        return torch.baddbmm(self.bias, x, self.weight)
+        w, b = (self.weight.detach(), self.bias.detach()) if detach else (self.weight, self.bias)
+        if w.shape[-1] == 1:  # a critic's value head: the same memory read as [E, 1, in] transposed, which CPU BLAS
+            w = w.view(w.shape[0], 1, -1).transpose(1, 2)  # multiplies ~3x faster than a one-column matrix
+        return torch.baddbmm(b, x, w)  # detach: gradient flows to the input only (the actor's action through a critic)
 
 
 class EnsembleMLP(nn.Module):
@@ -151,10 +152,11 @@ class GroupMLP(nn.Module):
         # projection: mean_g g^-1 (W_out h[g] + b_out) as one [G c, out] matrix
         a = self.out.weight.shape[0]
         flat = self.out_inv_index.flatten()
-        out_w = self.out.weight.index_select(0, flat).view(n, a, -1) * self.out_inv_sign[..., None]
-        out_w = out_w.permute(0, 2, 1)  # [G, c, out]
+        out_w = self.out.weight.index_select(0, flat).view(n, a, -1) * self.out_inv_sign[..., None]  # [G, out, c]
         out_b = (self.out.bias.index_select(0, flat).view(n, a) * self.out_inv_sign).mean(0)
-        layers.append((out_b, out_w.reshape(-1, out_w.shape[2]) / n))
+        # [G c, out] as the transpose of a contiguous [out, G c]: CPU BLAS multiplies a narrow right-hand matrix ~3x
+        # faster in that layout (nn.Linear's own)
+        layers.append((out_b, (out_w.transpose(0, 1).reshape(a, -1) / n).t()))
         return layers
 
 
