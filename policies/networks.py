@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -119,10 +120,10 @@ class GroupMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Each layer is one matmul on the activations: the group structure goes into the weights,
-        which are assembled from the shared parameters (parameter-sized gathers): on every call that
-        records gradients, and otherwise once per change of the parameters (a target network, acting),
-        which their version counters tell: a writer that bypasses them (torch's fused Adam kernel) must bump
-        them (``embodied.algos.optim.FusedAdam`` does)."""
+        which are assembled from the shared parameters (one gather): on every call that records gradients, and
+        otherwise once per change of the parameters (a target network, acting), which their version counters
+        tell: a writer that bypasses them (torch's fused Adam kernel) must bump them
+        (``embodied.algos.optim.FusedAdam`` does)."""
         if torch.is_grad_enabled():
             layers = self._assemble()
         else:
@@ -138,7 +139,62 @@ class GroupMLP(nn.Module):
         return h
 
     def _assemble(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``(bias, weight^T)`` of every layer of the equivalent plain MLP."""
+        """``(bias, weight^T)`` of every layer of the equivalent plain MLP: every entry but the projection's bias is
+        one signed parameter, so all of them are one gather from the concatenated parameters (three ops where the
+        layer-by-layer assembly, ``_assemble_reference``, takes ~25: torch's per-op cost dominates at these sizes,
+        and the weights are assembled on every actor step, target step and act). Equal to the reference exactly."""
+        if getattr(self, "_gather", None) is None or self._gather[0].device != self.lift.weight.device:
+            self._gather = self._gather_map()
+        index, sign, sizes, shapes = self._gather
+        flat = torch.cat([q.reshape(-1) for q in self.parameters()])
+        parts = (flat.index_select(0, index) * sign).split(sizes)
+        layers = [(parts[i], parts[i + 1].view(shapes[i + 1]).t()) for i in range(0, len(parts) - 2, 2)]
+        return [*layers, (parts[-1].view(shapes[-1]).mean(0), parts[-2].view(shapes[-2]).t())]
+
+    @torch.no_grad()
+    def _gather_map(self) -> tuple[torch.Tensor, torch.Tensor, list[int], list[tuple[int, ...]]]:
+        """Where each assembled entry comes from: ``assembled = cat(parameters)[index] * sign``, read off the
+        reference assembly run on probe parameters (their flat positions + 1, then all ones for the signs); the
+        entries come as [bias, weight [out, in]] per layer, then the projection's weight [out, G c] and its bias's
+        signed group images [G, out]. Returns index, sign, and the size and shape of each piece."""
+        params = list(self.parameters())
+        saved = [q.detach().clone() for q in params]
+        total = sum(q.numel() for q in params)
+        try:
+            start = 0
+            for q in params:
+                q.copy_(torch.arange(start + 1, start + q.numel() + 1, dtype=q.dtype, device=q.device).view_as(q))
+                start += q.numel()
+            probe = self._assemble_reference()
+            for q in params:
+                q.fill_(1.0)
+            unit = self._assemble_reference()
+        finally:
+            for q, v in zip(params, saved):
+                q.copy_(v)
+        entries, signs, shapes = [], [], []
+
+        def add(value: torch.Tensor, s: torch.Tensor) -> None:
+            entries.append((value / s).reshape(-1))
+            signs.append(s.reshape(-1))
+            shapes.append(tuple(value.shape))
+
+        for (b, w_t), (b1, w1_t) in zip(probe[:-1], unit[:-1]):
+            add(b, b1)
+            add(w_t.t(), w1_t.t())
+        add(probe[-1][1].t(), unit[-1][1].t())
+        # the projection's bias is a mean over the group of signed entries: gathered as [G, out], averaged after
+        offsets = dict(zip(map(id, params), itertools.accumulate((q.numel() for q in params), initial=0)))
+        position = offsets[id(self.out.bias)] + 1 + self.out_inv_index.to(self.out_inv_sign.dtype)  # [G, out]
+        add(position * self.out_inv_sign, self.out_inv_sign)
+        index = torch.cat(entries).round().long() - 1
+        if total >= 2 ** 24 or int(index.min()) < 0 or int(index.max()) >= total:
+            raise RuntimeError("GroupMLP: the gather map could not be read off the reference assembly")
+        sign = torch.cat(signs).to(self.lift.weight.dtype)
+        return index, sign, [math.prod(s) for s in shapes], shapes
+
+    def _assemble_reference(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(bias, weight^T)`` of every layer, assembled layer by layer (the definition ``_assemble`` is read off)."""
         n = self.num
         # lifting: W1 (g x) = (W1 P_g) x with (W1 P_g)[:, i] = sign_g^-1[i] W1[:, index_g^-1[i]]
         c, d = self.lift.weight.shape

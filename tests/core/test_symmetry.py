@@ -120,6 +120,32 @@ def test_equivariant_actor_reuses_its_weights_without_gradients_until_they_chang
         assert not torch.equal(copy(x), after) and torch.equal(actor(x), after)
 
 
+@pytest.mark.parametrize("elements", [TOY, s3_group()], ids=["klein", "s3"])
+def test_equivariant_weights_gathered_at_once_equal_the_layer_by_layer_assembly(elements):
+    torch.manual_seed(0)
+    n = len(elements)
+    net = DeterministicActor(3, len(elements[0]["action"][0]), [4 * n, 2 * n], "relu", group=elements).net
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_()
+    fast, ref = net._assemble(), net._assemble_reference()
+    assert len(fast) == len(ref) == 3
+    for (b, w), (b_ref, w_ref) in zip(fast, ref):
+        assert torch.equal(b, b_ref) and torch.equal(w, w_ref)
+    assert fast[-1][1].t().is_contiguous()  # the narrow projection as a transposed [out, G c] (BLAS's fast layout)
+    x, params = torch.randn(7, 3), list(net.parameters())
+
+    def grads(layers):
+        h = x
+        for i, (b, w) in enumerate(layers):
+            h = torch.addmm(b, h, w)
+            h = torch.relu(h) if i < len(layers) - 1 else h
+        return torch.autograd.grad((h ** 2).sum(), params)
+
+    for g, g_ref in zip(grads(net._assemble()), grads(net._assemble_reference())):
+        torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
 def test_hidden_width_must_divide_by_group_size():
     with pytest.raises(UserError, match="multiples"):
         DeterministicActor(3, 2, [6], "relu", group=TOY)
