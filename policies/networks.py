@@ -113,6 +113,9 @@ class GroupMLP(nn.Module):
         nn.init.zeros_(self.out.bias)
         self.act = activation(act)()
         self.num = n
+        index, sign, self._gather_sizes, self._gather_shapes = self._gather_map()
+        self.register_buffer("gather_index", index, persistent=False)  # see _assemble
+        self.register_buffer("gather_sign", sign, persistent=False)
 
     def orbit(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, in] -> [B * G, in]``: every group image of every row."""
@@ -143,11 +146,9 @@ class GroupMLP(nn.Module):
         one signed parameter, so all of them are one gather from the concatenated parameters (three ops where the
         layer-by-layer assembly, ``_assemble_reference``, takes ~25: torch's per-op cost dominates at these sizes,
         and the weights are assembled on every actor step, target step and act). Equal to the reference exactly."""
-        if getattr(self, "_gather", None) is None or self._gather[0].device != self.lift.weight.device:
-            self._gather = self._gather_map()
-        index, sign, sizes, shapes = self._gather
+        shapes = self._gather_shapes
         flat = torch.cat([q.reshape(-1) for q in self.parameters()])
-        parts = (flat.index_select(0, index) * sign).split(sizes)
+        parts = (flat.index_select(0, self.gather_index) * self.gather_sign).split(self._gather_sizes)
         layers = [(parts[i], parts[i + 1].view(shapes[i + 1]).t()) for i in range(0, len(parts) - 2, 2)]
         return [*layers, (parts[-1].view(shapes[-1]).mean(0), parts[-2].view(shapes[-2]).t())]
 
@@ -156,7 +157,8 @@ class GroupMLP(nn.Module):
         """Where each assembled entry comes from: ``assembled = cat(parameters)[index] * sign``, read off the
         reference assembly run on probe parameters (their flat positions + 1, then all ones for the signs); the
         entries come as [bias, weight [out, in]] per layer, then the projection's weight [out, G c] and its bias's
-        signed group images [G, out]. Returns index, sign, and the size and shape of each piece."""
+        signed group images [G, out]. Returns index, sign, and the size and shape of each piece. Built once, with
+        the module (it writes the parameters for a moment and restores them)."""
         params = list(self.parameters())
         saved = [q.detach().clone() for q in params]
         total = sum(q.numel() for q in params)

@@ -185,8 +185,9 @@ class OffPolicyAlgorithm(Algorithm):
     @torch.no_grad()
     def _sync_inputs(self, average: nn.Module) -> None:
         """An averaged copy's weights trail the actor's; its input scaling (the normalizer's statistics, buffers
-        that Polyak averaging does not touch) is the actor's own."""
-        for t, src in zip(average.buffers(), self.pi.buffers()):
+        that Polyak averaging does not touch) is the actor's own. Only the state's buffers: the non-persistent
+        ones are built from the architecture (index tables) and are the same in both."""
+        for t, src in zip(_state_buffers(average), _state_buffers(self.pi), strict=True):
             t.copy_(src)
 
     def _actor_step(self) -> bool:
@@ -334,3 +335,9 @@ class OffPolicyAlgorithm(Algorithm):
         else:  # a checkpoint from before n-step rows stored `done`; the column now holds gamma (1 - done)
             col = self.buffer.storage[: self.buffer.size, self.buffer.slices["discount"]]
             col.copy_(self.cfg.gamma * (1.0 - col))
+
+
+def _state_buffers(module: nn.Module) -> list[torch.Tensor]:
+    """The buffers a module's ``state_dict`` holds (its persistent ones), in ``buffers()`` order."""
+    return [b for m in module.modules() for name, b in m._buffers.items()
+            if b is not None and name not in m._non_persistent_buffers_set]
