@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -158,22 +159,18 @@ class GroupMLP(nn.Module):
         reference assembly run on probe parameters (their flat positions + 1, then all ones for the signs); the
         entries come as [bias, weight [out, in]] per layer, then the projection's weight [out, G c] and its bias's
         signed group images [G, out]. Returns index, sign, and the size and shape of each piece. Built once, with
-        the module (it writes the parameters for a moment and restores them)."""
-        params = list(self.parameters())
-        saved = [q.detach().clone() for q in params]
+        the module."""
+        twin = copy.deepcopy(self).double()  # probes in float64 (exact positions), on a copy: no parameter is written
+        params = list(twin.parameters())
         total = sum(q.numel() for q in params)
-        try:
-            start = 0
-            for q in params:
-                q.copy_(torch.arange(start + 1, start + q.numel() + 1, dtype=q.dtype, device=q.device).view_as(q))
-                start += q.numel()
-            probe = self._assemble_reference()
-            for q in params:
-                q.fill_(1.0)
-            unit = self._assemble_reference()
-        finally:
-            for q, v in zip(params, saved):
-                q.copy_(v)
+        start = 0
+        for q in params:
+            q.copy_(torch.arange(start + 1, start + q.numel() + 1, dtype=q.dtype, device=q.device).view_as(q))
+            start += q.numel()
+        probe = twin._assemble_reference()
+        for q in params:
+            q.fill_(1.0)
+        unit = twin._assemble_reference()
         entries, signs, shapes = [], [], []
 
         def add(value: torch.Tensor, s: torch.Tensor) -> None:
@@ -187,10 +184,10 @@ class GroupMLP(nn.Module):
         add(probe[-1][1].t(), unit[-1][1].t())
         # the projection's bias is a mean over the group of signed entries: gathered as [G, out], averaged after
         offsets = dict(zip(map(id, params), itertools.accumulate((q.numel() for q in params), initial=0)))
-        position = offsets[id(self.out.bias)] + 1 + self.out_inv_index.to(self.out_inv_sign.dtype)  # [G, out]
-        add(position * self.out_inv_sign, self.out_inv_sign)
+        position = offsets[id(twin.out.bias)] + 1 + twin.out_inv_index.double()  # [G, out]
+        add(position * twin.out_inv_sign.double(), twin.out_inv_sign.double())
         index = torch.cat(entries).round().long() - 1
-        if total >= 2 ** 24 or int(index.min()) < 0 or int(index.max()) >= total:
+        if int(index.min()) < 0 or int(index.max()) >= total:
             raise RuntimeError("GroupMLP: the gather map could not be read off the reference assembly")
         sign = torch.cat(signs).to(self.lift.weight.dtype)
         return index, sign, [math.prod(s) for s in shapes], shapes
