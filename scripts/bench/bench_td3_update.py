@@ -9,7 +9,7 @@ in the same run; prints one JSON object.
                 td3.symmetry_augmentation=false``): what the symmetry costs per step
   sb3_td3       SB3 TD3, actor 128x128 and critics 64x64 (relu), batch 256, policy delay 2, on the policy
                 observation's width (its critics see what the actor sees), replay filled with random rows;
-                ``model.train(gradient_steps=U)`` timed
+                (``--fill`` of them); ``model.train(gradient_steps=U)`` timed
 
     python scripts/bench/bench_td3_update.py [--updates 3000] [--fill 20000] [--out FILE]"""
 
@@ -41,7 +41,7 @@ def ours(overrides: list[str], fill: int, updates: int) -> dict:
         runner.start()
         while runner.step < fill:
             runner.collect()
-        for _ in range(200):  # warm-up (the actor's first steps included)
+        for _ in range(min(200, updates)):  # warm-up (the actor's first steps included)
             algo._gradient_step()
         t0 = time.perf_counter()
         for _ in range(updates):
@@ -52,7 +52,7 @@ def ours(overrides: list[str], fill: int, updates: int) -> dict:
     return {"ms_per_update": round(ms, 3), "overrides": overrides, "policy_obs_dim": obs_dim}
 
 
-def sb3_td3(obs_dim: int, act_dim: int, updates: int) -> dict:
+def sb3_td3(obs_dim: int, act_dim: int, rows: int, updates: int) -> dict:
     import gymnasium as gym
     import numpy as np
     import torch
@@ -74,13 +74,13 @@ def sb3_td3(obs_dim: int, act_dim: int, updates: int) -> dict:
                 policy_kwargs={"net_arch": {"pi": [128, 128], "qf": [64, 64]}, "activation_fn": torch.nn.ReLU},
                 seed=0)
     rng = np.random.default_rng(0)
-    for _ in range(20):
+    for _ in range(max(1, rows // 1000)):
         o = rng.standard_normal((1000, 1, obs_dim)).astype(np.float32)
         a = rng.uniform(-1, 1, (1000, 1, act_dim)).astype(np.float32)
         for i in range(1000):
             model.replay_buffer.add(o[i], o[i], a[i], np.zeros(1, np.float32), np.zeros(1, bool), [{}])
     model._setup_learn(1, None)  # the logger train() writes to
-    model.train(gradient_steps=200, batch_size=256)
+    model.train(gradient_steps=min(200, updates), batch_size=256)
     t0 = time.perf_counter()
     model.train(gradient_steps=updates, batch_size=256)
     return {"ms_per_update": round((time.perf_counter() - t0) / updates * 1e3, 3), "obs_dim": obs_dim}
@@ -96,7 +96,7 @@ def main() -> None:
     result["ours"] = ours([], args.fill, args.updates)
     result["ours_plain"] = ours(["policy.symmetrize=false", "td3.symmetry_augmentation=false"], args.fill,
                                 args.updates)
-    result["sb3_td3"] = sb3_td3(result["ours"]["policy_obs_dim"], 4, args.updates)
+    result["sb3_td3"] = sb3_td3(result["ours"]["policy_obs_dim"], 4, args.fill, args.updates)
     result["ours_over_sb3"] = round(result["ours"]["ms_per_update"] / result["sb3_td3"]["ms_per_update"], 3)
     emit(result, args.out)
 

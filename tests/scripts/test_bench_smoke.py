@@ -1,4 +1,4 @@
-"""Smoke test of the quadrotor benchmark script: it runs, and its JSON has the documented keys.
+"""Smoke tests of the quadrotor benchmark scripts: they run, and their JSON has the documented keys.
 No timing asserts: timings belong in the benchmark's output, not in the test suite (STYLE.md 13)."""
 
 from __future__ import annotations
@@ -57,3 +57,15 @@ def test_bench_quadrotor_sim_without_l2f(tmp_path):
     assert "blocked by the smoke test" in out["l2f_unavailable_reason"]
     assert set(out["ours"]["sim_numba"]) == {"1", "64"}
     assert all(v is None for v in out["ratio_ours_over_l2f"]["sim_numba_over_l2f_step"].values())
+
+
+def test_bench_td3_update_runs_ours_and_the_sb3_peer():
+    script = SCRIPT.parent / "bench_td3_update.py"
+    proc = subprocess.run([sys.executable, str(script), "--updates", "5", "--fill", "1000"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout)
+    assert out["benchmark"] == "td3_update" and out["ours"]["policy_obs_dim"] == out["sb3_td3"]["obs_dim"]
+    for name in ("ours", "ours_plain", "sb3_td3"):
+        assert out[name]["ms_per_update"] > 0, name
+    assert out["ours_over_sb3"] > 0
