@@ -87,12 +87,14 @@ def classify_suite(env, policy, seed: int) -> dict:
     n = env.num_envs
     rows = torch.arange(n)
     task, target = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
-    reached, lifted, wrong, started = (torch.zeros(n, dtype=torch.bool) for _ in range(4))
+    reached, lifted, wrong = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
+    first = True
 
     def watch(live: torch.Tensor) -> None:
-        if not bool(started.all()):  # each env's first episode's task, read after the reset that drew it
+        nonlocal first
+        if first:  # each env's first episode's task, read after the reset that drew it
             task[:], target[:] = env.task_id, env.target
-            started[:] = True
+            first = False
         pos, _ = env.cube_poses()
         grip, _ = env.controller.ee_pose()
         up = pos[:, :, 2] > CUBE + 0.01
