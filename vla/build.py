@@ -38,8 +38,8 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
     if text is None:
         raise UserError("policy.arch=vla needs a language-conditioned task (an instruction term in its policy "
                         "observations), e.g. mini-libero")
-    if cfg.state_encoder not in ("mlp", "tokens"):
-        raise UserError(f"policy.vla.state_encoder is mlp or tokens, got {cfg.state_encoder!r}")
+    if cfg.state_encoder not in ("mlp", "tokens", "pointers"):
+        raise UserError(f"policy.vla.state_encoder is mlp, tokens or pointers, got {cfg.state_encoder!r}")
     if cfg.head not in ("tokens", "continuous") or cfg.vision not in ("cnn", "vit"):
         raise UserError(f"policy.vla: head is tokens|continuous and vision cnn|vit, got {cfg.head!r}, "
                         f"{cfg.vision!r}")
@@ -50,7 +50,8 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
     try:
         policy = VLAPolicy(obs_dim, act_dim, text, ctx.image("policy"), cfg.vision, cfg.width, cfg.head, cfg.bins,
                            cfg.chunk, cfg.execute, ctx.policy.obs_normalization,
-                           terms=state_terms(ctx.layout) if cfg.state_encoder == "tokens" else None)
+                           terms=state_terms(ctx.layout) if cfg.state_encoder != "mlp" else None,
+                           state_encoder=cfg.state_encoder if cfg.state_encoder != "mlp" else "tokens")
     except ValueError as e:
         raise UserError(f"policy.vla: {e}") from None
     if announce:

@@ -127,13 +127,63 @@ class TermTokens(nn.Module):
         return self.norm(self.blocks(x)[:, 0])
 
 
+class EntityPointers(nn.Module):
+    """Pointers into the scene's objects, keyed by the instruction: the state terms of a kind that occurs more than
+    once (each cube's pose, each surface's) are entities; ``pointers`` attention heads each form a query from the
+    instruction and the other state, score every entity by ``q . k_i / sqrt(dim)`` (``k_i`` a linear map of the
+    entity's own entries plus a learned identity per entity: its colour, which surface) and return the softmax
+    mixture of the entities' values (a linear map of their entries). A sharp head hands the trunk one object's
+    entries, wherever it stands in the observation: the skill that moves toward "the target" and "the goal" is
+    shared by every task and every object, and only the choice of object is learned per instruction (a colour
+    through the identity, a place such as "leftmost" through the key's linear map of the position).
+    ``terms``: ``[start, size]`` of each state term; ``kinds`` as in ``TermTokens``."""
+
+    def __init__(self, terms: list, kinds: list, text_dim: int, context_dim: int, pointers: int = 2,
+                 dim: int = 64):
+        super().__init__()
+        terms = [(int(a), int(b)) for a, b in terms]
+        kinds = [int(k) for k in kinds]
+        groups = [k for k in sorted(set(kinds)) if kinds.count(k) > 1]
+        if not groups:
+            raise ValueError("no kind of state term occurs more than once: there are no entities to point at")
+        self.kinds = groups
+        self.keys, self.values = nn.ModuleList(), nn.ModuleList()
+        for k in groups:
+            idx = [list(range(a, a + n)) for (a, n), kind in zip(terms, kinds) if kind == k]
+            self.register_buffer(f"entries{len(self.keys)}", torch.tensor(idx, dtype=torch.long), persistent=False)
+            self.keys.append(nn.Linear(len(idx[0]), dim))
+            self.values.append(nn.Linear(len(idx[0]), dim))
+        count = sum(kinds.count(k) for k in groups)
+        self.identity = nn.Parameter(torch.randn(1, count, dim) * 0.1)
+        self.query = nn.Linear(text_dim + context_dim, pointers * dim)
+        self.pointers, self.dim = pointers, dim
+        self.out_dim = pointers * dim
+
+    def entities(self, state: torch.Tensor) -> torch.Tensor:
+        """``[B, entities, 3]``: the first three entries of each entity (a pose term's position)."""
+        return torch.cat([state[:, getattr(self, f"entries{i}")][..., :3] for i in range(len(self.keys))], 1)
+
+    def attention(self, state: torch.Tensor, text: torch.Tensor, context: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, pointers, entities]`` logits and ``[B, entities, dim]`` values."""
+        parts = [state[:, getattr(self, f"entries{i}")] for i in range(len(self.keys))]
+        keys = torch.cat([k(p) for k, p in zip(self.keys, parts)], 1) + self.identity
+        values = torch.cat([v(p) for v, p in zip(self.values, parts)], 1)
+        q = self.query(torch.cat([text, context], 1)).view(-1, self.pointers, self.dim)
+        return q @ keys.transpose(1, 2) / math.sqrt(self.dim), values
+
+    def forward(self, state: torch.Tensor, text: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        logits, values = self.attention(state, text, context)
+        return (torch.softmax(logits, -1) @ values).flatten(1)
+
+
 class VLAPolicy(ChunkQueue, nn.Module):
     spec_name = "vla"
 
     def __init__(self, obs_dim: int, act_dim: int, text: list, image: list | None = None, vision: str = "cnn",
                  width: int = 256, head: str = "tokens", bins: int = 256, chunk: int = 4, execute: int = 1,
                  obs_normalization: bool = True, low: list | None = None, high: list | None = None,
-                 terms: list | None = None):
+                 terms: list | None = None, state_encoder: str = "tokens"):
         super().__init__()
         if head not in ("tokens", "continuous"):
             raise ValueError(f"head must be tokens or continuous, got {head!r}")
@@ -143,7 +193,8 @@ class VLAPolicy(ChunkQueue, nn.Module):
             raise ValueError(f"execute must be in 1..chunk, got {execute} of {chunk}")
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, text=list(text), image=image, vision=vision,
                                 width=width, head=head, bins=bins, chunk=chunk, execute=execute,
-                                obs_normalization=obs_normalization, low=low, high=high, terms=terms)
+                                obs_normalization=obs_normalization, low=low, high=high, terms=terms,
+                                state_encoder=state_encoder)
         self.act_dim, self.horizon, self.execute, self.bins, self.head = act_dim, chunk, execute, bins, head
         t0, t_len = int(text[0]), int(text[1])
         keep = torch.ones(obs_dim, dtype=torch.bool)
@@ -158,15 +209,29 @@ class VLAPolicy(ChunkQueue, nn.Module):
         self.register_buffer("state_idx", keep.nonzero().squeeze(-1), persistent=False)
         state_dim = int(keep.sum())
         self.normalizer = EmpiricalNormalizer(state_dim) if obs_normalization else nn.Identity()
-        self.tokens = None
-        if terms:  # [obs start, size, kind] of each state term: a term-token encoder (``TermTokens``)
+        self.tokens = self.pointers = None
+        if terms:  # [obs start, size, kind] of each state term: a term-token or entity-pointer encoder
             position = torch.cumsum(keep.long(), 0) - 1  # an observation entry's place in the state vector
-            self.tokens = TermTokens([[int(position[int(a)]), int(n)] for a, n, _ in terms], [k for _, _, k in terms],
-                                     t_len)
-        self.state_net = nn.Sequential(nn.Linear(state_dim, STATE_FEATURES), nn.SiLU())
+            at = [[int(position[int(a)]), int(n)] for a, n, _ in terms]
+            kinds = [int(k) for _, _, k in terms]
+            if state_encoder == "tokens":
+                self.tokens = TermTokens(at, kinds, t_len)
+            elif state_encoder == "pointers":
+                # the query's context: the state outside the entities (proprioception)
+                alone = [i for i, k in enumerate(kinds) if kinds.count(k) == 1]
+                ctx = [at[i][0] + j for i in alone for j in range(at[i][1])]
+                self.register_buffer("context_idx", torch.tensor(ctx, dtype=torch.long), persistent=False)
+                self.pointers = EntityPointers(at, kinds, t_len, len(ctx))
+            else:
+                raise ValueError(f"state_encoder must be tokens or pointers, got {state_encoder!r}")
+        # with pointers the rest of the state reaches the trunk only through them: the objects' entries come as the
+        # ones the instruction picks, so nothing can tie an action to where an unnamed object stands
+        direct = len(self.context_idx) if self.pointers is not None else state_dim
+        self.state_net = nn.Sequential(nn.Linear(direct, STATE_FEATURES), nn.SiLU())
         self.text_net = nn.Linear(t_len, TEXT_FEATURES)
         feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0) + \
-            (self.tokens.out_dim if self.tokens is not None else 0)
+            (self.tokens.out_dim if self.tokens is not None else 0) + \
+            (self.pointers.out_dim if self.pointers is not None else 0)
         self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
                                    nn.SiLU())
         if head == "tokens":
@@ -193,12 +258,22 @@ class VLAPolicy(ChunkQueue, nn.Module):
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         state, text, image = self.split(obs)
         state = self.normalizer(state)
-        parts = [self.state_net(state), self.text_net(text)]
+        if self.pointers is not None:
+            context = state[:, self.context_idx]
+            parts = [self.state_net(context), self.text_net(text), self.pointers(state, text, context)]
+        else:
+            parts = [self.state_net(state), self.text_net(text)]
         if self.tokens is not None:
             parts.append(self.tokens(state, text))
         if image is not None:
             parts.append(self.vision(image, text))
         return self.trunk(torch.cat(parts, 1))
+
+    def pointer_logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[B, pointers, entities]``: the entity pointers' scores (``state_encoder=pointers``)."""
+        state, text, _ = self.split(obs)
+        state = self.normalizer(state)
+        return self.pointers.attention(state, text, state[:, self.context_idx])[0]
 
     def fit_action_range(self, actions: torch.Tensor, quantile: float = 0.01) -> None:
         """Percentile normalization of the token head from a dataset's actions ``[..., act_dim]`` (OpenVLA's)."""

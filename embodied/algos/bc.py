@@ -46,6 +46,31 @@ class BCConfig:
     # Gaussian noise on the training inputs' state entries (not images, not the instruction), in units of each
     # entry's standard deviation over the dataset: a regularizer against over-fitting a few demonstrations
     obs_noise: float = 0.0
+    # a VLA with entity pointers (policy.vla.state_encoder=pointers): weight of a cross-entropy that points its first
+    # pointer at the object each demonstration moved and its second at what that object came to rest on (labels
+    # read off the episode itself: ``grounding_labels``); 0: the pointers learn from the cloning loss alone
+    ground: float = 0.0
+
+
+def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float = 0.05, moved_at_least: float = 0.01
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per step of a flat dataset (``position [T, E, 3]``: each entity's position; ``episode [T]``, contiguous): the
+    entity its episode moved (the farthest from its start at the episode's end; -1 where none moved
+    ``moved_at_least`` [m]) and the one it ended on (the nearest other entity in the horizontal plane within
+    ``near`` [m] of it, else -1: held up, dropped, or nothing moved)."""
+    t = torch.arange(len(episode), device=position.device)
+    n = int(episode.max()) + 1 if len(episode) else 0
+    first = torch.full((n,), len(episode), device=t.device, dtype=torch.long).scatter_reduce(0, episode, t, "amin")
+    last = torch.zeros(n, device=t.device, dtype=torch.long).scatter_reduce(0, episode, t, "amax")
+    shift, moved = (position[last] - position[first]).norm(dim=-1).max(1)  # [n]
+    rows = torch.arange(n, device=t.device)
+    end = position[last]  # [n, E, 3]
+    gap = (end[..., :2] - end[rows, moved][:, None, :2]).norm(dim=-1)
+    gap[rows, moved] = float("inf")
+    dist, onto = gap.min(1)
+    onto = torch.where((dist < near) & (shift >= moved_at_least), onto, torch.full_like(onto, -1))
+    moved = torch.where(shift >= moved_at_least, moved, torch.full_like(moved, -1))
+    return moved[episode], onto[episode]
 
 
 def chunk_targets(action: torch.Tensor, episode: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -76,6 +101,11 @@ class BC(Algorithm):
             raise UserError(f"bc: chunk >= 1 and execute in 0..chunk, got {cfg.chunk}, {cfg.execute}")
         if cfg.head not in ("mse", "flow") or cfg.flow_steps < 1:
             raise UserError(f"bc: head is mse or flow and flow_steps >= 1, got {cfg.head!r}, {cfg.flow_steps}")
+        if not cfg.ground >= 0:
+            raise UserError(f"bc.ground is a loss weight: >= 0, got {cfg.ground}")
+        if cfg.ground > 0 and (ctx.policy.arch != "vla" or ctx.policy.vla.state_encoder != "pointers"):
+            raise UserError("bc.ground trains entity pointers: it needs policy.arch=vla "
+                            "policy.vla.state_encoder=pointers")
         if not cfg.obs_noise >= 0:
             raise UserError(f"bc.obs_noise is a noise scale in standard deviations: >= 0, got {cfg.obs_noise}")
         data = read_transitions(ctx.data, ["policy"])
@@ -120,6 +150,10 @@ class BC(Algorithm):
         if horizon > 1 or hasattr(self.pi, "bc_loss"):
             action = chunk_targets(action, episode.to(self.device), horizon)
         update_normalizer(self.pi, obs[~val])
+        self.ground = None
+        if cfg.ground > 0:  # [T, 2] labels of the two first pointers
+            position = self.pi.pointers.entities(obs.index_select(1, self.pi.state_idx))
+            self.ground = torch.stack(grounding_labels(position, episode.to(self.device)), 1)[~val]
         # camera entries kept as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), unpacked per minibatch
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
         self.obs, self.action = self.packer.pack(obs[~val]), action[~val]
@@ -157,6 +191,16 @@ class BC(Algorithm):
         if self.noise_scale is not None:
             obs = obs + torch.randn(obs.shape, generator=self.generator, device=self.device) * self.noise_scale
         loss = self.loss(obs, self.action[idx])
+        extra = {}
+        if self.ground is not None:
+            logits = self.pi.pointer_logits(obs)[:, :2]
+            labels = self.ground[idx]
+            known = (labels >= 0).sum().clamp_min(1)  # a batch without labels adds nothing
+            ground = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                 ignore_index=-1, reduction="sum") / known
+            extra = {"bc/ground_loss": float(ground.detach()),
+                     "bc/ground_hit": float(((logits.argmax(-1) == labels) & (labels >= 0)).sum() / known)}
+            loss = loss + self.cfg.ground * ground
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)
@@ -172,7 +216,7 @@ class BC(Algorithm):
                                              self.val_action[rows])) * len(rows)
                 self._val_loss = total / num_val
         out = {"bc/loss": float(loss.detach()), "bc/val_loss": self._val_loss,
-               "bc/dataset_steps": float(self.action.shape[0])}
+               "bc/dataset_steps": float(self.action.shape[0]), **extra}
         if self.num_updates == 1:  # the policy's size and speed, once in the run's metrics
             out.update({f"policy/{k}": float(v) for k, v in self.description.items()})
         return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from embodied.algos.bc import chunk_targets
+from embodied.algos.bc import chunk_targets, grounding_labels
 from embodied.policies import ChunkedActor, ResidualActor, policy_spec
 from embodied.policies.actor_critic import DeterministicActor
 
@@ -16,6 +16,22 @@ def test_chunk_targets_exact_values():
     episode = torch.tensor([0, 0, 0, 1, 1])
     out = chunk_targets(action, episode, 3)[..., 0]
     assert out.tolist() == [[0, 1, 2], [1, 2, 2], [2, 2, 2], [10, 11, 11], [11, 11, 11]]
+
+
+def test_grounding_labels_exact_values():
+    # three entities; episode 0 (3 steps) carries entity 1 onto entity 2 (1 cm off in x), episode 1 (2 steps) lifts
+    # entity 0 straight up (it ends over no other entity), episode 2 (1 step) moves nothing: no labels
+    pos = torch.zeros(6, 3, 3)
+    pos[:, 2] = torch.tensor([0.3, 0.0, 0.0])
+    pos[:3, 1] = torch.tensor([[0.0, 0.2, 0.0], [0.1, 0.1, 0.1], [0.31, 0.0, 0.04]])
+    pos[3:5, 0] = torch.tensor([[0.0, -0.2, 0.0], [0.0, -0.2, 0.15]])
+    pos[5, 1] = torch.tensor([0.5, 0.5, 0.0])
+    episode = torch.tensor([0, 0, 0, 1, 1, 2])
+    moved, onto = grounding_labels(pos, episode)
+    assert moved.tolist() == [1, 1, 1, 0, 0, -1]
+    assert onto.tolist() == [2, 2, 2, -1, -1, -1]
+    _, onto = grounding_labels(pos, episode, near=0.005)  # 1 cm off is not on it at a 5 mm radius
+    assert onto.tolist() == [-1, -1, -1, -1, -1, -1]
 
 
 def _counting_actor() -> ChunkedActor:

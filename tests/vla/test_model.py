@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from embodied.policies.actor_critic import sample_action
-from embodied.vla.model import FiLMConvEncoder, TermTokens, TinyViT, VLAPolicy, soft_bin_cross_entropy
+from embodied.vla.model import (EntityPointers, FiLMConvEncoder, TermTokens, TinyViT, VLAPolicy,
+                                soft_bin_cross_entropy)
 
 STATE, TEXT = 10, 384
 
@@ -48,6 +49,59 @@ def test_term_tokens_share_one_encoder_per_kind():
     assert torch.allclose(tok(swapped, text), out, atol=1e-6)
     with pytest.raises(ValueError, match="differ in size"):
         TermTokens([[0, 3], [3, 4]], [0, 0], TEXT)
+
+
+def test_entity_pointers_hand_over_the_entity_they_point_at():
+    # proprio (3), two cubes of one kind (4 each), two surfaces of another (3 each): four entities
+    ptr = EntityPointers([[0, 3], [3, 4], [7, 4], [11, 3], [14, 3]], [0, 1, 1, 2, 2], TEXT, context_dim=3)
+    assert ptr.out_dim == 2 * 64 and len(ptr.keys) == 2
+    g = torch.Generator().manual_seed(0)
+    state, text = torch.randn(5, 17, generator=g), torch.randn(5, TEXT, generator=g)
+    context = state[:, :3]
+    assert torch.equal(ptr.entities(state), torch.stack([state[:, 3:6], state[:, 7:10], state[:, 11:14],
+                                                         state[:, 14:17]], 1))
+    logits, values = ptr.attention(state, text, context)
+    assert logits.shape == (5, 2, 4) and values.shape == (5, 4, 64)
+    # the value of an entity is the linear map of its own entries
+    assert torch.allclose(values[:, 1], ptr.values[0](state[:, 7:11]), atol=1e-6)
+    assert torch.allclose(values[:, 3], ptr.values[1](state[:, 14:17]), atol=1e-6)
+    # a sharp pointer returns exactly the entity it points at: the second cube (query along that cube's identity)
+    with torch.no_grad():
+        for lin in (ptr.keys[0], ptr.keys[1], ptr.query):
+            lin.weight.zero_()
+            lin.bias.zero_()
+        ptr.identity.zero_()
+        ptr.identity[0, 1, 0] = 1.0
+        ptr.query.bias[0] = 1e4  # pointer 0 scores entity 1 at 1e4 / 8, the rest at 0
+    out = ptr(state, text, context)
+    assert torch.allclose(out[:, :64], values[:, 1], atol=1e-6)
+    assert torch.allclose(out[:, 64:], values.mean(1), atol=1e-6)  # pointer 1 scores all alike: the mean
+    # two cubes swapped together with their identities: the same output
+    ptr2 = EntityPointers([[0, 3], [3, 4], [7, 4], [11, 3], [14, 3]], [0, 1, 1, 2, 2], TEXT, context_dim=3)
+    out = ptr2(state, text, context)
+    swapped = torch.cat([state[:, :3], state[:, 7:11], state[:, 3:7], state[:, 11:]], 1)
+    with torch.no_grad():
+        ptr2.identity[:, [0, 1]] = ptr2.identity[:, [1, 0]]
+    assert torch.allclose(ptr2(swapped, text, context), out, atol=1e-5)
+    with pytest.raises(ValueError, match="no kind of state term occurs more than once"):
+        EntityPointers([[0, 3], [3, 4]], [0, 1], TEXT, context_dim=3)
+
+
+def test_pointer_vla_reads_the_objects_only_through_its_pointers():
+    # [proprio 3 | cube 4 | cube 4 | instruction]: with every pointer scoring alike the trunk sees the cubes' mean
+    # value, so exchanging the two cubes' entries (identities zero) leaves the action as it was
+    obs_dim = 11 + TEXT
+    pi = VLAPolicy(obs_dim, 2, [11, TEXT], terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1]], state_encoder="pointers",
+                   obs_normalization=False)
+    assert pi.context_idx.tolist() == [0, 1, 2]
+    with torch.no_grad():
+        pi.pointers.identity.zero_()
+    obs = torch.randn(4, obs_dim, generator=torch.Generator().manual_seed(1))
+    swapped = torch.cat([obs[:, :3], obs[:, 7:11], obs[:, 3:7], obs[:, 11:]], 1)
+    assert torch.allclose(pi.chunk(obs), pi.chunk(swapped))
+    assert pi.pointer_logits(obs).shape == (4, 2, 2)
+    with pytest.raises(ValueError, match="tokens or pointers"):
+        VLAPolicy(obs_dim, 2, [11, TEXT], terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1]], state_encoder="graph")
 
 
 def test_state_terms_of_a_language_task_group_objects_by_kind():
