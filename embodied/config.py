@@ -31,7 +31,10 @@ class VLAConfig:
     """The vision-language-action policy (``policy.arch=vla``; ``embodied/vla/model.py``)."""
 
     vision: str = "cnn"  # cnn (FiLM-conditioned) | vit: the image encoder where the task has an image term
-    state_encoder: str = "mlp"  # mlp | tokens: the state terms also as tokens of a transformer with the instruction
+    # mlp | tokens: the state terms also as tokens of a transformer with the instruction | pointers: attention heads
+    # keyed by the instruction pick among the scene's like objects (terms of one kind), and the objects reach the
+    # trunk only through them (state observations; with bc.ground the demonstrations say what to point at)
+    state_encoder: str = "mlp"
     width: int = 256  # trunk width
     head: str = "tokens"  # tokens (256 bins per action dimension) | continuous (Gaussian chunk)
     bins: int = 256

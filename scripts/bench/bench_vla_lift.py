@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=4 * 3600.0)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="settings for every train command (e.g. policy.vla.state_encoder=mlp)")
+    ap.add_argument("--bc-set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="settings for the bc command only (e.g. bc.ground=1)")
     ap.add_argument("--out", default="bench_results/vla_lift")
     ap.add_argument("--plot", action="store_true", help="only draw the curves of what ran")
     args = ap.parse_args()
@@ -112,7 +114,7 @@ def main() -> None:
                         summary, demo_wall, _ = _run(
                             ["embodied", "collect-demos", "--task", TASK, "--episodes", str(k * TASKS_PER_SUITE),
                              "--out", str(demos), "--seed", str(1000 + seed), "--num-envs", "26"], args.timeout_s)
-                        _, wall, log = _train(bc_dir, [*BC, *settings, f"seed={seed}", f"data={demos}",
+                        _, wall, log = _train(bc_dir, [*BC, *settings, *args.bc_set, f"seed={seed}", f"data={demos}",
                                                        f"total_steps={args.bc_steps}"], args.timeout_s)
                         result.update(demos=summary, demos_wall_s=round(demo_wall, 1), train_wall_s=round(wall, 1),
                                       policy=next((ln for ln in log.splitlines() if ln.startswith("vla:")), ""),
