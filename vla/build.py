@@ -47,11 +47,16 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
         raise UserError(f"policy.vla: chunk >= 1, execute in 1..chunk, bins >= 2, width >= 8; got chunk "
                         f"{cfg.chunk}, execute {cfg.execute}, bins {cfg.bins}, width {cfg.width}")
     obs_dim = ctx.obs_space["policy"].shape[0]
+    encoder = cfg.state_encoder
+    if encoder == "pointers" and ctx.image("policy"):
+        print("vla: the objects are in the image (no object terms in the state): state_encoder mlp, not pointers",
+              file=sys.stderr)
+        encoder = "mlp"
     try:
         policy = VLAPolicy(obs_dim, act_dim, text, ctx.image("policy"), cfg.vision, cfg.width, cfg.head, cfg.bins,
                            cfg.chunk, cfg.execute, ctx.policy.obs_normalization,
-                           terms=state_terms(ctx.layout) if cfg.state_encoder != "mlp" else None,
-                           state_encoder=cfg.state_encoder if cfg.state_encoder != "mlp" else "tokens")
+                           terms=state_terms(ctx.layout) if encoder != "mlp" else None,
+                           state_encoder=encoder if encoder != "mlp" else "tokens")
     except ValueError as e:
         raise UserError(f"policy.vla: {e}") from None
     if announce:

@@ -130,16 +130,16 @@ class TermTokens(nn.Module):
 class EntityPointers(nn.Module):
     """Pointers into the scene's objects, keyed by the instruction: the state terms of a kind that occurs more than
     once (each cube's pose, each surface's) are entities; ``pointers`` attention heads each form a query from the
-    instruction and the other state, score every entity by ``q . k_i / sqrt(dim)`` (``k_i`` a linear map of the
-    entity's own entries plus a learned identity per entity: its colour, which surface) and return the softmax
-    mixture of the entities' values (a linear map of their entries). A sharp head hands the trunk one object's
-    entries, wherever it stands in the observation: the skill that moves toward "the target" and "the goal" is
-    shared by every task and every object, and only the choice of object is learned per instruction (a colour
-    through the identity, a place such as "leftmost" through the key's linear map of the position).
-    ``terms``: ``[start, size]`` of each state term; ``kinds`` as in ``TermTokens``."""
+    instruction alone, score every entity by ``q . k_i / sqrt(dim)`` (``k_i`` a linear map of the entity's own
+    entries plus a learned identity per entity: its colour, which surface) and return the softmax mixture of the
+    entities' values (a linear map of their entries). A sharp head hands the trunk one object's entries, wherever it
+    stands in the observation: the skill that moves toward "the target" and "the goal" is shared by every task and
+    every object, and only the choice of object is learned per instruction (a colour through the identity, a place
+    such as "leftmost" through the key's linear map of the position). A query that also read the arm's state picked
+    the instructed cube at 77% of fresh spatial starts (92% from the instruction alone; 10-demo mini-libero clone,
+    seed 0: 62% -> 70%). ``terms``: ``[start, size]`` of each state term; ``kinds`` as in ``TermTokens``."""
 
-    def __init__(self, terms: list, kinds: list, text_dim: int, context_dim: int, pointers: int = 2,
-                 dim: int = 64):
+    def __init__(self, terms: list, kinds: list, text_dim: int, pointers: int = 2, dim: int = 64):
         super().__init__()
         terms = [(int(a), int(b)) for a, b in terms]
         kinds = [int(k) for k in kinds]
@@ -155,7 +155,7 @@ class EntityPointers(nn.Module):
             self.values.append(nn.Linear(len(idx[0]), dim))
         count = sum(kinds.count(k) for k in groups)
         self.identity = nn.Parameter(torch.randn(1, count, dim) * 0.1)
-        self.query = nn.Linear(text_dim + context_dim, pointers * dim)
+        self.query = nn.Linear(text_dim, pointers * dim)
         self.pointers, self.dim = pointers, dim
         self.out_dim = pointers * dim
 
@@ -163,17 +163,16 @@ class EntityPointers(nn.Module):
         """``[B, entities, 3]``: the first three entries of each entity (a pose term's position)."""
         return torch.cat([state[:, getattr(self, f"entries{i}")][..., :3] for i in range(len(self.keys))], 1)
 
-    def attention(self, state: torch.Tensor, text: torch.Tensor, context: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    def attention(self, state: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, pointers, entities]`` logits and ``[B, entities, dim]`` values."""
         parts = [state[:, getattr(self, f"entries{i}")] for i in range(len(self.keys))]
         keys = torch.cat([k(p) for k, p in zip(self.keys, parts)], 1) + self.identity
         values = torch.cat([v(p) for v, p in zip(self.values, parts)], 1)
-        q = self.query(torch.cat([text, context], 1)).view(-1, self.pointers, self.dim)
+        q = self.query(text).view(-1, self.pointers, self.dim)
         return q @ keys.transpose(1, 2) / math.sqrt(self.dim), values
 
-    def forward(self, state: torch.Tensor, text: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
-        logits, values = self.attention(state, text, context)
+    def forward(self, state: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        logits, values = self.attention(state, text)
         return (torch.softmax(logits, -1) @ values).flatten(1)
 
 
@@ -217,11 +216,11 @@ class VLAPolicy(ChunkQueue, nn.Module):
             if state_encoder == "tokens":
                 self.tokens = TermTokens(at, kinds, t_len)
             elif state_encoder == "pointers":
-                # the query's context: the state outside the entities (proprioception)
+                # the state outside the entities (proprioception) reaches the trunk directly
                 alone = [i for i, k in enumerate(kinds) if kinds.count(k) == 1]
                 ctx = [at[i][0] + j for i in alone for j in range(at[i][1])]
                 self.register_buffer("context_idx", torch.tensor(ctx, dtype=torch.long), persistent=False)
-                self.pointers = EntityPointers(at, kinds, t_len, len(ctx))
+                self.pointers = EntityPointers(at, kinds, t_len)
             else:
                 raise ValueError(f"state_encoder must be tokens or pointers, got {state_encoder!r}")
         # with pointers the rest of the state reaches the trunk only through them: the objects' entries come as the
@@ -260,7 +259,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
         state = self.normalizer(state)
         if self.pointers is not None:
             context = state[:, self.context_idx]
-            parts = [self.state_net(context), self.text_net(text), self.pointers(state, text, context)]
+            parts = [self.state_net(context), self.text_net(text), self.pointers(state, text)]
         else:
             parts = [self.state_net(state), self.text_net(text)]
         if self.tokens is not None:
@@ -273,7 +272,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
         """``[B, pointers, entities]``: the entity pointers' scores (``state_encoder=pointers``)."""
         state, text, _ = self.split(obs)
         state = self.normalizer(state)
-        return self.pointers.attention(state, text, state[:, self.context_idx])[0]
+        return self.pointers.attention(state, text)[0]
 
     def fit_action_range(self, actions: torch.Tensor, quantile: float = 0.01) -> None:
         """Percentile normalization of the token head from a dataset's actions ``[..., act_dim]`` (OpenVLA's)."""

@@ -14,6 +14,7 @@ or the policy's own loss: the flow head's, the VLA's)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -151,7 +152,9 @@ class BC(Algorithm):
             action = chunk_targets(action, episode.to(self.device), horizon)
         update_normalizer(self.pi, obs[~val])
         self.ground = None
-        if cfg.ground > 0:  # [T, 2] labels of the two first pointers
+        if cfg.ground > 0 and getattr(self.pi, "pointers", None) is None:  # an image policy: no pointers
+            print("bc.ground: the policy has no entity pointers (image input): no grounding loss", file=sys.stderr)
+        elif cfg.ground > 0:  # [T, 2] labels of the two first pointers
             position = self.pi.pointers.entities(obs.index_select(1, self.pi.state_idx))
             self.ground = torch.stack(grounding_labels(position, episode.to(self.device)), 1)[~val]
         # camera entries kept as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), unpacked per minibatch

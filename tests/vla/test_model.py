@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from embodied.policies.actor_critic import sample_action
-from embodied.vla.model import (EntityPointers, FiLMConvEncoder, TermTokens, TinyViT, VLAPolicy,
-                                soft_bin_cross_entropy)
+from embodied.vla.model import EntityPointers, FiLMConvEncoder, TermTokens, TinyViT, VLAPolicy, soft_bin_cross_entropy
 
 STATE, TEXT = 10, 384
 
@@ -53,14 +52,13 @@ def test_term_tokens_share_one_encoder_per_kind():
 
 def test_entity_pointers_hand_over_the_entity_they_point_at():
     # proprio (3), two cubes of one kind (4 each), two surfaces of another (3 each): four entities
-    ptr = EntityPointers([[0, 3], [3, 4], [7, 4], [11, 3], [14, 3]], [0, 1, 1, 2, 2], TEXT, context_dim=3)
+    ptr = EntityPointers([[0, 3], [3, 4], [7, 4], [11, 3], [14, 3]], [0, 1, 1, 2, 2], TEXT)
     assert ptr.out_dim == 2 * 64 and len(ptr.keys) == 2
     g = torch.Generator().manual_seed(0)
     state, text = torch.randn(5, 17, generator=g), torch.randn(5, TEXT, generator=g)
-    context = state[:, :3]
     assert torch.equal(ptr.entities(state), torch.stack([state[:, 3:6], state[:, 7:10], state[:, 11:14],
                                                          state[:, 14:17]], 1))
-    logits, values = ptr.attention(state, text, context)
+    logits, values = ptr.attention(state, text)
     assert logits.shape == (5, 2, 4) and values.shape == (5, 4, 64)
     # the value of an entity is the linear map of its own entries
     assert torch.allclose(values[:, 1], ptr.values[0](state[:, 7:11]), atol=1e-6)
@@ -73,18 +71,18 @@ def test_entity_pointers_hand_over_the_entity_they_point_at():
         ptr.identity.zero_()
         ptr.identity[0, 1, 0] = 1.0
         ptr.query.bias[0] = 1e4  # pointer 0 scores entity 1 at 1e4 / 8, the rest at 0
-    out = ptr(state, text, context)
+    out = ptr(state, text)
     assert torch.allclose(out[:, :64], values[:, 1], atol=1e-6)
     assert torch.allclose(out[:, 64:], values.mean(1), atol=1e-6)  # pointer 1 scores all alike: the mean
     # two cubes swapped together with their identities: the same output
-    ptr2 = EntityPointers([[0, 3], [3, 4], [7, 4], [11, 3], [14, 3]], [0, 1, 1, 2, 2], TEXT, context_dim=3)
-    out = ptr2(state, text, context)
+    ptr2 = EntityPointers([[0, 3], [3, 4], [7, 4], [11, 3], [14, 3]], [0, 1, 1, 2, 2], TEXT)
+    out = ptr2(state, text)
     swapped = torch.cat([state[:, :3], state[:, 7:11], state[:, 3:7], state[:, 11:]], 1)
     with torch.no_grad():
         ptr2.identity[:, [0, 1]] = ptr2.identity[:, [1, 0]]
-    assert torch.allclose(ptr2(swapped, text, context), out, atol=1e-5)
+    assert torch.allclose(ptr2(swapped, text), out, atol=1e-5)
     with pytest.raises(ValueError, match="no kind of state term occurs more than once"):
-        EntityPointers([[0, 3], [3, 4]], [0, 1], TEXT, context_dim=3)
+        EntityPointers([[0, 3], [3, 4]], [0, 1], TEXT)
 
 
 def test_pointer_vla_reads_the_objects_only_through_its_pointers():
