@@ -89,6 +89,9 @@ def main() -> None:
                     help="settings for every train command (e.g. policy.vla.state_encoder=mlp)")
     ap.add_argument("--bc-set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="settings for the bc command only (e.g. bc.ground=1)")
+    ap.add_argument("--rl-set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="settings for the RL commands only (e.g. ppo.bc_coef=0.5); DEMOS in a value stands for the "
+                         "seed's demonstrations")
     ap.add_argument("--out", default="bench_results/vla_lift")
     ap.add_argument("--plot", action="store_true", help="only draw the curves of what ran")
     args = ap.parse_args()
@@ -126,7 +129,9 @@ def main() -> None:
                             raise SystemExit(f"{name} needs {bc_dir}: run the bc variant first")
                         run_dir = out / "runs" / f"{name}_{args.observation}_seed{seed}"
                         start = f"base={bc_dir}" if variant.startswith("residual") else f"init={bc_dir}"
-                        summary, wall, _ = _train(run_dir, [*RL[variant], *settings, f"seed={seed}", start,
+                        rl_set = [a.replace("DEMOS", str(out / "demos" / f"demos{k}_seed{seed}"))
+                                  for a in args.rl_set]
+                        summary, wall, _ = _train(run_dir, [*RL[variant], *settings, *rl_set, f"seed={seed}", start,
                                                             f"total_steps={args.rl_steps}"], args.timeout_s)
                         result.update(train_wall_s=round(wall, 1), curve=_curve(run_dir),
                                       eval=_eval(run_dir, args.eval_episodes, args.timeout_s))
