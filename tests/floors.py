@@ -44,9 +44,10 @@ FLOORS: dict[str, float] = {
     # the VLA (state input, 256-bin tokens) cloned from 40 expert episodes of point-reach-language, 400 steps;
     # seed 0 reached 0.89 (64 episodes; issue 13)
     "bc_vla_point_reach_language_success": 0.75,
-    # the pointer VLA cloned from 2 mini-libero demonstrations per task (26), bc.ground=1, 300 steps: the share of
-    # training batches' pointers on their labels; seed 0 reached 0.99 (0.85 at step 50; issue 13)
-    "bc_vla_pointer_ground_hit": 0.9,
+    # the pointer VLA cloned from 2 mini-libero demonstrations per task (26; mini-libero's defaults: bc.ground=1,
+    # the Gaussian head, state noise 0.05), 300 steps: the share of training batches' pointers on their labels; seed
+    # 0 reached 0.91 (0.73 at step 50; issue 13)
+    "bc_vla_pointer_ground_hit": 0.8,
     # grpo from that clone (init=RUN), 20k steps, groups of 8; seed 0 reached 0.97 at 60k steps (issue 13)
     "grpo_vla_point_reach_language_success": 0.8,
 }

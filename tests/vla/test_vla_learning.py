@@ -137,8 +137,9 @@ def test_bc_obs_noise_scales_state_entries_only(bc_run, tmp_path):
 
 
 def test_pointer_vla_learns_what_each_instruction_names_and_exports(minilm, tmp_path):
-    # two mini-libero demonstrations per task; the pointers learn from the episodes' own labels (the cube each moved,
-    # where it came to rest) beside the cloning loss, and the clone exports with parity like every VLA
+    # two mini-libero demonstrations per task (its defaults: pointers, bc.ground, the Gaussian head); the pointers
+    # learn from the episodes' own labels (the cube each moved, where it came to rest) beside the cloning loss, and
+    # the clone exports with parity like every VLA
     from embodied.hardware.bundle import export_run
 
     collect_demos("mini-libero", 26, tmp_path / "demos", num_envs=26)
@@ -153,6 +154,6 @@ def test_pointer_vla_learns_what_each_instruction_names_and_exports(minilm, tmp_
     meta = export_run(run_dir, tmp_path / "bundle", fmt="onnx", count=32)
     assert meta["parity"]["passed"]
     bad = load_config("mini-libero", None, [*QUIET, "algo=bc", f"data={tmp_path / 'demos'}", "policy.arch=vla",
-                                            "bc.ground=1"])
+                                            "policy.vla.state_encoder=mlp", "bc.ground=1"])
     with pytest.raises(UserError, match="bc.ground"):
         train(bad, tmp_path / "bad")
