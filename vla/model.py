@@ -146,7 +146,9 @@ class EntityPointers(nn.Module):
         groups = [k for k in sorted(set(kinds)) if kinds.count(k) > 1]
         if not groups:
             raise ValueError("no kind of state term occurs more than once: there are no entities to point at")
-        self.kinds = groups
+        # the state entries outside the entities (proprioception): what the trunk may read directly
+        context = [a + j for (a, n), kind in zip(terms, kinds) if kind not in groups for j in range(n)]
+        self.register_buffer("context_idx", torch.tensor(context, dtype=torch.long), persistent=False)
         self.keys, self.values = nn.ModuleList(), nn.ModuleList()
         for k in groups:
             idx = [list(range(a, a + n)) for (a, n), kind in zip(terms, kinds) if kind == k]
@@ -159,13 +161,17 @@ class EntityPointers(nn.Module):
         self.pointers, self.dim = pointers, dim
         self.out_dim = pointers * dim
 
+    def _parts(self, state: torch.Tensor) -> list[torch.Tensor]:
+        """Per kind of entity, its entities' entries ``[B, entities of the kind, size]``."""
+        return [state[:, getattr(self, f"entries{i}")] for i in range(len(self.keys))]
+
     def entities(self, state: torch.Tensor) -> torch.Tensor:
         """``[B, entities, 3]``: the first three entries of each entity (a pose term's position)."""
-        return torch.cat([state[:, getattr(self, f"entries{i}")][..., :3] for i in range(len(self.keys))], 1)
+        return torch.cat([p[..., :3] for p in self._parts(state)], 1)
 
     def attention(self, state: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, pointers, entities]`` logits and ``[B, entities, dim]`` values."""
-        parts = [state[:, getattr(self, f"entries{i}")] for i in range(len(self.keys))]
+        parts = self._parts(state)
         keys = torch.cat([k(p) for k, p in zip(self.keys, parts)], 1) + self.identity
         values = torch.cat([v(p) for v, p in zip(self.values, parts)], 1)
         q = self.query(text).view(-1, self.pointers, self.dim)
@@ -216,10 +222,6 @@ class VLAPolicy(ChunkQueue, nn.Module):
             if state_encoder == "tokens":
                 self.tokens = TermTokens(at, kinds, t_len)
             elif state_encoder == "pointers":
-                # the state outside the entities (proprioception) reaches the trunk directly
-                alone = [i for i, k in enumerate(kinds) if kinds.count(k) == 1]
-                ctx = [at[i][0] + j for i in alone for j in range(at[i][1])]
-                self.register_buffer("context_idx", torch.tensor(ctx, dtype=torch.long), persistent=False)
                 self.pointers = EntityPointers(at, kinds, t_len)
             else:
                 raise ValueError(f"state_encoder must be tokens or pointers, got {state_encoder!r}")
@@ -253,6 +255,11 @@ class VLAPolicy(ChunkQueue, nn.Module):
 
     def normalizer_input(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.index_select(1, self.state_idx)
+
+    @property
+    def context_idx(self) -> torch.Tensor:
+        """With pointers: the state entries the trunk reads directly (those outside the entities)."""
+        return self.pointers.context_idx
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         state, text, image = self.split(obs)

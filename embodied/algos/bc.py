@@ -155,7 +155,7 @@ class BC(Algorithm):
         if cfg.ground > 0 and getattr(self.pi, "pointers", None) is None:  # an image policy: no pointers
             print("bc.ground: the policy has no entity pointers (image input): no grounding loss", file=sys.stderr)
         elif cfg.ground > 0:  # [T, 2] labels of the two first pointers
-            position = self.pi.pointers.entities(obs.index_select(1, self.pi.state_idx))
+            position = self.pi.pointers.entities(self.pi.split(obs)[0])
             self.ground = torch.stack(grounding_labels(position, episode.to(self.device)), 1)[~val]
         # camera entries kept as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), unpacked per minibatch
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
