@@ -5,6 +5,7 @@
 - ``grpo{k}``: ``embodied train algo=grpo policy.arch=vla init=BC_RUN`` for ``--rl-steps`` env steps;
 - ``ppo{k}``: ``embodied train algo=ppo policy.arch=vla init=BC_RUN`` (critic warm-up) for the same env steps;
 - ``residual-sac{k}``: ``embodied train algo=residual-sac base=BC_RUN`` (a residual over the frozen clone, 16 envs);
+- ``residual-ppo{k}``: ``embodied train algo=residual-ppo base=BC_RUN`` (ResiP's residual PPO, 64 envs);
 
 each scored by ``embodied eval --episodes 130`` (10 per task in expectation; per-task and per-group success), the
 BC runs also on the held-out paraphrases (``env.phrasing=heldout``). Observations: ``--observation state`` (the
@@ -43,7 +44,9 @@ RL = {"grpo": ["algo=grpo", "num_envs=64", "grpo.group_size=8", "grpo.batch_grou
               "policy.critic_hidden=[256,256]", "ppo.entropy_coef=0.0", "log.eval_every=50000",
               "log.eval_episodes=65"],
       # residual SAC over the frozen clone (issue 12's learner) on the task's dense reward terms
-      "residual-sac": ["algo=residual-sac", "num_envs=16", "log.eval_every=50000", "log.eval_episodes=65"]}
+      "residual-sac": ["algo=residual-sac", "num_envs=16", "log.eval_every=50000", "log.eval_episodes=65"],
+      # residual PPO (ResiP's settings, issue 12's learner): a small Gaussian residual over the frozen clone
+      "residual-ppo": ["algo=residual-ppo", "num_envs=64", "log.eval_every=50000", "log.eval_episodes=65"]}
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
