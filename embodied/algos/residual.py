@@ -144,7 +144,10 @@ class Residual:
         # acts b + scale * r, so with b in its input a critic of (s, r) need not learn the base's function
         extra = act_dim if cls.critic_reads_base else 0
         spaces["critic"] = gym.spaces.Box(-np.inf, np.inf, (critic_dim(ctx.obs_space) + extra,), np.float32)
-        algo = super().build(cfg, dataclasses.replace(ctx, obs_space=gym.spaces.Dict(spaces)))
+        # the residual is an MLP on [obs, base action] whatever policy.arch says (a task whose default policy is the
+        # VLA: that names the base's kind, which the base's own checkpoint records)
+        policy = dataclasses.replace(ctx.policy, arch="mlp")
+        algo = super().build(cfg, dataclasses.replace(ctx, obs_space=gym.spaces.Dict(spaces), policy=policy))
         algo._attach(base, act_dim)
         if hasattr(algo, "load_demos"):  # an off-policy residual's demonstration rows need the base: loaded now
             algo.load_demos(ctx.data)

@@ -109,8 +109,9 @@ def test_residual_learner_over_a_frozen_vla(bc_run, tmp_path):
     run_dir, bc_summary = bc_run
     # a mid-run evaluation of 64 episodes between rollouts of 16 envs: the frozen VLA's chunk queues are sized by
     # the batch each one runs (the rollouts' env-reset masks after an evaluation crashed residual-sac once)
+    # policy.arch=vla (mini-libero's default) names the base; the residual is the MLP all the same
     cfg = load_config("point-reach-language", None, [*QUIET, "algo=residual-ppo", f"base={run_dir}", "num_envs=16",
-                                                     "total_steps=4000", "log.eval_every=2000"])
+                                                     "total_steps=4000", "log.eval_every=2000", "policy.arch=vla"])
     _, summary = train(cfg, tmp_path / "residual")
     # the residual starts at zero: the frozen clone's behaviour, kept while the residual learns (0.88 measured)
     assert summary["eval/success"] >= FLOORS["bc_vla_point_reach_language_success"] - 0.1
