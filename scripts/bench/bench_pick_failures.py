@@ -4,7 +4,9 @@ first episode of each of ``--episodes`` envs (``embodied eval``'s starts), each 
 (it ended above the plate, not resting on it) or ``lifted, not placed`` (lifted, then dropped or carried elsewhere).
 A mini-libero run (issue 13) is classed per task: ``success``, ``never reached`` (the grip point never came within
 2 cm of the instructed cube), ``wrong cube lifted`` (another cube rose 1 cm; not a success), ``lifted, not placed``
-(the instructed cube rose, the goal never held) and ``reached, not lifted``. Prints one JSON per run.
+(the instructed cube rose, the goal never held) and ``reached, not lifted``; for a VLA with entity pointers also
+``pointer lost``: failed episodes in which the first pointer left the instructed cube at some step (a tag across the
+classes: the clone chose, or switched to, another cube). Prints one JSON per run.
 
     python scripts/bench/bench_pick_failures.py RUN [RUN ...] [--episodes 100]
 """
@@ -40,7 +42,7 @@ def classify(run: Path, episodes: int) -> dict:
     n = episodes
     lifted, over, near = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
 
-    def watch(live: torch.Tensor) -> None:
+    def watch(live: torch.Tensor, obs: dict) -> None:
         pos, _ = env.object_pose()
         lifted[live] |= pos[live, 2] > CUBE + 0.01
         near[:] = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
@@ -56,15 +58,16 @@ def classify(run: Path, episodes: int) -> dict:
 
 
 def _first_episodes(env, policy, seed: int, watch, ended=None) -> torch.Tensor:
-    """Run every env's first episode from ``seed`` with the policy; ``watch(live)`` sees the state before each step
-    (``live``: the envs whose first episode goes on), ``ended(mask)`` the envs whose first episode just ended.
+    """Run every env's first episode from ``seed`` with the policy; ``watch(live, obs)`` sees the state and the
+    observation before each step (``live``: the envs whose first episode goes on), ``ended(mask)`` the envs whose
+    first episode just ended.
     Returns which first episodes succeeded."""
     n = env.num_envs
     obs, _ = env.reset(seed=seed)
     policy.reset()
     done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
     for _ in range(env.max_episode_steps):
-        watch(~done)
+        watch(~done, obs)
         obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
         now = (terminated | truncated) & ~done
         policy.reset(terminated | truncated)
@@ -87,10 +90,12 @@ def classify_suite(env, policy, seed: int) -> dict:
     n = env.num_envs
     rows = torch.arange(n)
     task, target = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
-    reached, lifted, wrong = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
+    reached, lifted, wrong, lost = (torch.zeros(n, dtype=torch.bool) for _ in range(4))
+    pointers = next((m for m in policy.modules()
+                     if hasattr(m, "pointer_logits") and getattr(m, "pointers", None) is not None), None)
     first = True
 
-    def watch(live: torch.Tensor) -> None:
+    def watch(live: torch.Tensor, obs: dict) -> None:
         nonlocal first
         if first:  # each env's first episode's task, read after the reset that drew it
             task[:], target[:] = env.task_id, env.target
@@ -103,12 +108,16 @@ def classify_suite(env, policy, seed: int) -> dict:
         reached[live] |= ((grip - pos[rows, target]).norm(dim=1) < 0.02)[live]
         lifted[live] |= up[rows, target][live]
         wrong[live] |= others.any(1)[live]
+        if pointers is not None:
+            lost[live] |= (pointers.pointer_logits(obs["policy"])[:, 0].argmax(-1) != target)[live]
 
     success = _first_episodes(env, policy, seed, watch)
     fail = ~success
     classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
                "wrong cube lifted": fail & wrong,
                "lifted, not placed": fail & ~wrong & lifted, "reached, not lifted": fail & ~wrong & reached & ~lifted}
+    if pointers is not None:
+        classes["pointer lost"] = fail & lost
     per_task = {name: {"episodes": int((task == i).sum())} | {k: int((v & (task == i)).sum()) for k, v in
                                                              classes.items()} for i, name in enumerate(env.task_names)}
     return {**{k: int(v.sum()) for k, v in classes.items()}, "per_task": per_task}
