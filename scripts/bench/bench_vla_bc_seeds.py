@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import emit, machine_info  # noqa: E402
-from bench_vla_lift import BC, TASK, TASKS_PER_SUITE, _eval, _run, _train  # noqa: E402
+from bench_vla_lift import BC, _collect_demos, _eval, _train  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -48,9 +48,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     demos = out / "demos" / f"demos{args.demos}_seed{args.demo_seed}"
     if not (demos / "done").exists():
-        summary, wall, _ = _run(["embodied", "collect-demos", "--task", TASK, "--episodes",
-                                 str(args.demos * TASKS_PER_SUITE), "--out", str(demos), "--seed",
-                                 str(1000 + args.demo_seed), "--num-envs", "26"], args.timeout_s)
+        summary, wall = _collect_demos(demos, args.demos, args.demo_seed, args.timeout_s)
         (demos / "done").write_text(json.dumps({"summary": summary, "wall_s": round(wall, 1)}))
     variants = [parse_variant(v) for v in args.variants]
     for name, settings in variants:

@@ -52,6 +52,16 @@ def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
     return run_json(cmd, timeout_s)
 
 
+def _collect_demos(demos: Path, per_task: int, seed: int, timeout_s: float) -> tuple[dict, float]:
+    """``per_task`` expert demonstrations of every mini-libero task into ``demos`` (afresh), the seed's set; the
+    collector's summary and wall [s]."""
+    if demos.exists():  # a collection stopped part-way starts afresh
+        shutil.rmtree(demos)
+    summary, wall, _ = _run(["embodied", "collect-demos", "--task", TASK, "--episodes", str(per_task * TASKS_PER_SUITE),
+                             "--out", str(demos), "--seed", str(1000 + seed), "--num-envs", "26"], timeout_s)
+    return summary, wall
+
+
 def _train(run_dir: Path, args: list[str], timeout_s: float) -> tuple[dict, float, str]:
     if run_dir.exists():  # a run stopped before its JSON was written starts afresh
         shutil.rmtree(run_dir)
@@ -113,11 +123,7 @@ def main() -> None:
                     result = {"variant": name, "seed": seed, "demos_per_task": k, "observation": args.observation}
                     if variant == "bc":
                         demos = out / "demos" / f"demos{k}_seed{seed}"
-                        if demos.exists():
-                            shutil.rmtree(demos)
-                        summary, demo_wall, _ = _run(
-                            ["embodied", "collect-demos", "--task", TASK, "--episodes", str(k * TASKS_PER_SUITE),
-                             "--out", str(demos), "--seed", str(1000 + seed), "--num-envs", "26"], args.timeout_s)
+                        summary, demo_wall = _collect_demos(demos, k, seed, args.timeout_s)
                         _, wall, log = _train(bc_dir, [*BC, *settings, *args.bc_set, f"seed={seed}", f"data={demos}",
                                                        f"total_steps={args.bc_steps}"], args.timeout_s)
                         result.update(demos=summary, demos_wall_s=round(demo_wall, 1), train_wall_s=round(wall, 1),
@@ -142,7 +148,7 @@ def main() -> None:
                         pipeline = result["demos_wall_s"] + result["train_wall_s"]
                     else:
                         bc = json.loads((out / f"bc{k}_{args.observation}_seed{seed}.json").read_text())
-                        pipeline = bc.get("demos_wall_s", 0.0) + bc["train_wall_s"] + result["train_wall_s"]
+                        pipeline = bc["demos_wall_s"] + bc["train_wall_s"] + result["train_wall_s"]
                     result.update(finished=True, pipeline_wall_s=round(pipeline, 1),
                                   commit=code_commit(), machine=machine_info())
                     path.write_text(json.dumps(result, indent=1))
