@@ -165,7 +165,10 @@ def _unknown_model(backend: str, model: str, models) -> UserError:
 
 class BackendFactory:
     """``factory(model, num_envs, device, **kwargs) -> SimBackend`` over a table ``model -> builder``,
-    ``builder(num_envs, device, **kwargs)``; ``factory.models`` lists the model names."""
+    ``builder(num_envs, device, **kwargs)``; ``factory.models`` lists the model names, ``factory.devices`` the
+    device types its simulations run on."""
+
+    devices: tuple[str, ...] = ("cpu", "cuda")
 
     def __init__(self, name: str, builders: Mapping[str, Callable[..., SimBackend]]):
         self.name = name

@@ -32,6 +32,11 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise UserError(f"device {device!r} requested but CUDA is not available on this machine")
     if dev.type not in ("cpu", "cuda"):
         raise UserError(f"unsupported device {device!r}; use 'cpu' or 'cuda[:i]'")
+    if dev.type == "cuda":  # 'cuda' names the current device: its index, so that tensors' devices compare equal
+        index = torch.cuda.current_device() if dev.index is None else dev.index
+        if index >= torch.cuda.device_count():
+            raise UserError(f"device {device!r} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+        dev = torch.device("cuda", index)
     return dev
 
 

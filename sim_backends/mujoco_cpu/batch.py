@@ -180,6 +180,8 @@ class MujocoFactory(BackendFactory):
     """``mujoco_cpu`` builds any MJCF (a path or an XML string); ``models`` names the gymnasium assets
     the locomotion tasks use, which the backend conformance test builds."""
 
+    devices = ("cpu",)  # MuJoCo steps on the CPU; a learner may still run on CUDA
+
     def __init__(self, assets: tuple[str, ...]):
         super().__init__("mujoco_cpu", {})
         self.assets = assets

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from embodied.core.base import resolve_device
 from embodied.core.registry import SIM_BACKENDS
 from embodied.sim_backends.base import BackendFactory, SimBackend
 from embodied.sim_backends.splat.procedural import Route
@@ -164,7 +165,7 @@ class DriveSim(SimBackend):
     def __init__(self, num_envs: int, device, scenes: list[tuple[GaussianScene, Route]] | None = None,
                  params: VehicleParams | None = None, cameras: tuple[CameraSpec, ...] = (CameraSpec(),),
                  far: float = 40.0, kernel: str = "auto", moving_cars: int = 0):
-        self.num_envs, self.device = num_envs, torch.device(device)
+        self.num_envs, self.device = num_envs, resolve_device(device)
         if scenes is None:  # the generator's default street (scene 1)
             from embodied.sim_backends.splat.procedural import generate
 

@@ -29,7 +29,9 @@ def composite(means2d, conic, opacity, rgb, depth, radius, valid, width: int, he
     order = order[valid[order]]
     m, q, o, c, z = means2d[order], conic[order], opacity[order], rgb[order], depth[order]
     r = radius[order].to(dt)
-    ys, xs = torch.meshgrid(torch.arange(height, dtype=dt), torch.arange(width, dtype=dt), indexing="ij")
+    dev = means2d.device
+    ys, xs = torch.meshgrid(torch.arange(height, dtype=dt, device=dev), torch.arange(width, dtype=dt, device=dev),
+                            indexing="ij")
     px, py = xs.reshape(-1) + 0.5, ys.reshape(-1) + 0.5  # [P]
     block = pixel_block or px.shape[0]
     parts = [_pixels(px[i:i + block], py[i:i + block], m, q, o, c, z, r, bg) for i in range(0, px.shape[0], block)]
@@ -51,6 +53,6 @@ def _pixels(px, py, m, q, o, c, z, r, bg):
     live = t_after >= T_MIN
     w = torch.where(live, alpha * t_before, torch.zeros_like(alpha))
     t_final = torch.where(live, t_after, torch.ones_like(t_after)).min(1).values if w.shape[1] else torch.ones(
-        px.shape[0], dtype=dt)
-    color = w @ c + t_final[:, None] * torch.as_tensor(bg, dtype=dt)
+        px.shape[0], dtype=dt, device=px.device)
+    color = w @ c + t_final[:, None] * torch.as_tensor(bg, dtype=dt, device=px.device)
     return color, w @ z, 1 - t_final

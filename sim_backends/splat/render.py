@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.sim_backends.splat import raster_reference
 from embodied.sim_backends.splat.reference import covariance3d, project, sh_to_rgb
@@ -41,7 +42,7 @@ class SplatScene:
     def __init__(self, scene: GaussianScene, device: str | torch.device = "cpu"):
         from embodied.kernels.splat_numba import chunk_scene
 
-        dev = torch.device(device)
+        dev = resolve_device(device)
         self.device = dev
         order, self.chunk_off, self.chunk_sphere = chunk_scene(scene.means, np.exp(scene.log_scales))
         self.means = torch.as_tensor(scene.means[order], device=dev)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from embodied.core.base import resolve_device
 from embodied.sim_backends.base import NamedLayout, TensorStateBackend
 
 
@@ -27,7 +28,7 @@ class PendulumSim(TensorStateBackend):
 
     def __init__(self, num_envs: int, device: str | torch.device, params: PendulumParams | None = None):
         self.num_envs = num_envs
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.params = PendulumParams() if params is None else params
         self.x = torch.zeros(num_envs, self.STATE.dim, device=self.device)
 

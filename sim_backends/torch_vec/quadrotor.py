@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from embodied.core.base import resolve_device
 from embodied.kernels import quadrotor as qk
 from embodied.sim_backends.base import NamedLayout, SimBackend
 
@@ -59,7 +60,7 @@ class QuadrotorSim(SimBackend):
                  kernel: str = "auto"):
         params = QuadrotorParams() if params is None else params
         self.num_envs = num_envs
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.params = params
         self.kernel = kernel
         self.x = torch.zeros(num_envs, STATE.dim, device=self.device)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.sim_backends.base import NamedLayout, TensorStateBackend
 from embodied.sim_backends.world_model.ensemble import EnsembleConfig, ProbabilisticEnsemble
@@ -43,7 +44,7 @@ class WorldModelSim(SampledBackend):
 
     def __init__(self, num_envs: int, device, network: ProbabilisticEnsemble | None = None, state_dim: int = 3,
                  act_dim: int = 1, generator: torch.Generator | None = None, deterministic: bool = False):
-        self.num_envs, self.device = num_envs, torch.device(device)
+        self.num_envs, self.device = num_envs, resolve_device(device)
         if network is None:  # an untrained model (the backend factory's default build)
             network = ProbabilisticEnsemble(state_dim, act_dim, EnsembleConfig(hidden=[32, 32]))
         self.network = network.to(self.device)
@@ -70,7 +71,7 @@ class RSSMSim(SampledBackend):
 
     def __init__(self, num_envs: int, device, network: RSSM | None = None, act_dim: int = 1,
                  generator: torch.Generator | None = None, deterministic: bool = False):
-        self.num_envs, self.device = num_envs, torch.device(device)
+        self.num_envs, self.device = num_envs, resolve_device(device)
         if network is None:  # an untrained small model of a 3-vector (the backend factory's default build)
             network = RSSM(act_dim, RSSMConfig(deter=32, hidden=16, stoch=4, classes=4, units=16), vector=3)
         self.network = network.to(self.device).eval()
