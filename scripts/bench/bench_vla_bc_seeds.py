@@ -8,7 +8,7 @@ the mean of several.
 Resumable: one JSON per (variant, seed) under ``--out``; finished ones are skipped.
 
     python scripts/bench/bench_vla_bc_seeds.py --variants default continuous:policy.vla.head=tokens \\
-        [--seeds 0 1 2 3] [--demos 10] [--out bench_results/vla_bc_seeds]
+        [--seeds 0 1 2 3] [--demos 10] [--heldout] [--out bench_results/vla_bc_seeds]
 
 A variant is ``NAME`` (the task's defaults) or ``NAME:KEY=VALUE,KEY=VALUE``."""
 
@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--bc-steps", type=int, default=2000)
     ap.add_argument("--eval-episodes", type=int, default=130)
     ap.add_argument("--timeout-s", type=float, default=3600.0)
+    ap.add_argument("--heldout", action="store_true",
+                    help="also evaluate each clone on the held-out paraphrases (env.phrasing=heldout)")
     ap.add_argument("--out", default="bench_results/vla_bc_seeds")
     args = ap.parse_args()
     out = Path(args.out).resolve()
@@ -55,6 +57,11 @@ def main() -> None:
         for seed in args.seeds:
             path = out / f"{name}_seed{seed}.json"
             if path.exists() and json.loads(path.read_text()).get("finished"):
+                result = json.loads(path.read_text())
+                if args.heldout and "heldout" not in result:
+                    result["heldout"] = _eval(out / "runs" / f"{name}_seed{seed}", args.eval_episodes,
+                                              args.timeout_s, "env.phrasing=heldout")
+                    path.write_text(json.dumps(result, indent=1))
                 continue
             print(f"running {name} seed {seed}", file=sys.stderr, flush=True)
             run_dir = out / "runs" / f"{name}_seed{seed}"
@@ -65,6 +72,8 @@ def main() -> None:
                       "train_wall_s": round(wall, 1), "eval": _eval(run_dir, args.eval_episodes, args.timeout_s),
                       "wall_s": round(time.perf_counter() - t0, 1), "finished": True, "commit": code_commit(),
                       "machine": machine_info()}
+            if args.heldout:
+                result["heldout"] = _eval(run_dir, args.eval_episodes, args.timeout_s, "env.phrasing=heldout")
             path.write_text(json.dumps(result, indent=1))
     table = []
     for name, settings in variants:
@@ -78,7 +87,9 @@ def main() -> None:
         table.append({"variant": name, "settings": settings, "seeds": [r["seed"] for r in runs],
                       "success": [round(s, 3) for s in success], "mean": round(statistics.mean(success), 3),
                       "sd": round(statistics.stdev(success), 3) if len(success) > 1 else None,
-                      "min": round(min(success), 3), "max": round(max(success), 3), "per_group_mean": groups})
+                      "min": round(min(success), 3), "max": round(max(success), 3), "per_group_mean": groups,
+                      "heldout_mean": round(statistics.mean(r["heldout"]["success"] for r in runs), 3)
+                      if all("heldout" in r for r in runs) else None})
     emit({"benchmark": "vla_bc_seeds", "machine": machine_info(), "demos": str(demos), "variants": table}, None)
 
 
