@@ -184,13 +184,15 @@ def _cmd_export_text_encoder(args) -> int:
 
 def _cmd_tasks(_args) -> int:
     import embodied.tasks  # noqa: F401
+    import embodied.sim_backends  # noqa: F401  (registers the backends: where each simulates)
     from embodied.config import load_config
-    from embodied.core.registry import TASKS
+    from embodied.core.registry import SIM_BACKENDS, TASKS
 
     for name in TASKS.names():
         spec = TASKS.get(name)
         algo = load_config(name).algo  # what a default run trains (the task's preset may choose another)
-        print(f"{name:<18} {spec.description}  [backends: {', '.join(spec.backends)}; algo: {algo}]")
+        backends = ", ".join(f"{b} ({'/'.join(SIM_BACKENDS.get(b).devices)})" for b in spec.backends)
+        print(f"{name:<18} {spec.description}  [backends: {backends}; algo: {algo}]")
     for prefix, (_, description) in sorted(TASKS.families.items()):
         print(f"{prefix + ':<name>':<18} {description}  [task family]")
     return 0
@@ -213,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except BrokenPipeError:  # the reader went away (``embodied tasks | head``): nothing more to say, no traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush goes nowhere
+        return 1
     except Exception as e:  # a robot link or driver fault outside the control loop (connect, arm, disarm)
         from embodied.hardware.robot import RobotError
 

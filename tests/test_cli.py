@@ -44,6 +44,19 @@ def test_tasks_lists_registered_tasks(tmp_path):
     algo = {line.split()[0]: line.rsplit("algo: ", 1)[1].rstrip("]") for line in proc.stdout.splitlines()
             if "algo: " in line}
     assert algo["quadrotor-hover"] == "td3" and algo["pendulum"] == "ppo" and algo["halfcheetah"] == "ppo"
+    # where each backend simulates: MuJoCo on the CPU only, the tensor simulators on either
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.strip()}
+    assert "mujoco_cpu (cpu);" in lines["halfcheetah"] and "torch_vec (cpu/cuda);" in lines["quadrotor-hover"]
+
+
+def test_a_closed_pipe_ends_the_listing_quietly(tmp_path):
+    # the reader closes its end before the command prints (it is still importing): every write meets EPIPE
+    proc = subprocess.Popen([sys.executable, "-m", "embodied.cli", "tasks"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
 
 
 def test_progress_off_a_terminal_prints_a_line_every_few_seconds(tmp_path, capsys):
