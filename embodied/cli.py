@@ -183,8 +183,8 @@ def _cmd_export_text_encoder(args) -> int:
 
 
 def _cmd_tasks(_args) -> int:
-    import embodied.tasks  # noqa: F401
     import embodied.sim_backends  # noqa: F401  (registers the backends: where each simulates)
+    import embodied.tasks  # noqa: F401
     from embodied.config import load_config
     from embodied.core.registry import SIM_BACKENDS, TASKS
 
