@@ -49,6 +49,9 @@ def load_model(model: str | mujoco.MjModel) -> mujoco.MjModel:
         raise UserError(f"MJCF {model!r} does not compile: {str(e).splitlines()[0]}") from None
 
 
+DEVICES = ("cpu",)  # MuJoCo steps on the CPU; a learner may still run on CUDA
+
+
 class MujocoBatch(SimBackend):
     """``num_envs`` worlds of one model; ``step`` applies controls and runs ``frame_skip`` substeps.
 
@@ -59,7 +62,7 @@ class MujocoBatch(SimBackend):
 
     def __init__(self, model: str | mujoco.MjModel, num_envs: int, device="cpu", frame_skip: int = 1,
                  num_threads: int = 1, post_constraint: bool = False):
-        if torch.device(device).type != "cpu":
+        if torch.device(device).type not in DEVICES:
             raise UserError("the mujoco_cpu backend simulates on the CPU; use sim_device=cpu "
                             "(the learner may still run on CUDA: learner_device=cuda)")
         if num_threads < 1:
@@ -180,7 +183,7 @@ class MujocoFactory(BackendFactory):
     """``mujoco_cpu`` builds any MJCF (a path or an XML string); ``models`` names the gymnasium assets
     the locomotion tasks use, which the backend conformance test builds."""
 
-    devices = ("cpu",)  # MuJoCo steps on the CPU; a learner may still run on CUDA
+    devices = DEVICES
 
     def __init__(self, assets: tuple[str, ...]):
         super().__init__("mujoco_cpu", {})

@@ -114,7 +114,7 @@ class TabletopEnv(ManagedVecEnv):
     goal_start = (0.55, 0.0)  # [m] centre of the goal region
 
     def __init__(self, cfg: TabletopConfig, num_envs: int, device="cpu", seed: int = 0):
-        super().__init__(num_envs, "cpu", seed, max_episode_steps=cfg.episode_steps)
+        super().__init__(num_envs, device, seed, max_episode_steps=cfg.episode_steps)
         self.cfg = cfg
         if not 0 <= cfg.distractors <= len(CLUTTER_SLOTS):
             raise UserError(f"distractors must be in 0..{len(CLUTTER_SLOTS)}, got {cfg.distractors}")
@@ -122,7 +122,7 @@ class TabletopEnv(ManagedVecEnv):
         spec = self.scene()
         spec.objects += [Box(f"clutter{i}", (CLUTTER,) * 3, (*CLUTTER_SLOTS[i], CLUTTER), rgba=CLUTTER_RGBA[i],
                              mass=0.03) for i in range(cfg.distractors)]
-        self.sim = make_backend("mujoco_cpu", build_mjcf(spec), self.num_envs, "cpu", frame_skip=frame_skip,
+        self.sim = make_backend("mujoco_cpu", build_mjcf(spec), self.num_envs, self.device, frame_skip=frame_skip,
                                 num_threads=cfg.sim_threads)
         m = self.sim.model
         self.control_dt = self.sim.dt
