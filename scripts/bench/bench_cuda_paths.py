@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import emit, machine_info, rate  # noqa: E402
+from _machine import emit, machine_info, rate, run_json  # noqa: E402
 
 
 def _sync(device: str) -> None:
@@ -69,19 +69,19 @@ def vla_forward(device: str, batches=(1, 64, 1024), repeats: int = 50) -> dict:
 
 
 def train_wall(device: str, steps: int, timeout_s: float) -> dict:
-    """Wall of ``embodied train --task quadrotor-hover`` for ``steps`` env steps on ``device`` (sim and learner)."""
-    import subprocess
+    """Wall of ``embodied train --task quadrotor-hover`` for ``steps`` env steps on ``device`` (sim and learner), and
+    its summary (or the error that ended it)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "embodied.cli", "train", "--task", "quadrotor-hover", "--run-dir", f"{tmp}/r",
-               f"sim_device={device}", f"learner_device={device}", f"total_steps={steps}", "log.eval_every=0",
-               "log.progress=false", "log.checkpoint_every=0"]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 1), "rc": proc.returncode,
-            "last_line": (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines() or [""])[-1][-300:]}
+        cmd = ["embodied", "train", "--task", "quadrotor-hover", "--run-dir", f"{tmp}/r", f"sim_device={device}",
+               f"learner_device={device}", f"total_steps={steps}", "log.eval_every=0", "log.progress=false",
+               "log.checkpoint_every=0"]
+        try:
+            summary, wall, _ = run_json(cmd, timeout_s)
+        except RuntimeError as e:
+            return {"error": str(e)[-300:]}
+    return {"wall_s": round(wall, 1), "summary": summary}
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import embodied
 import embodied.tasks  # noqa: F401  (registers tasks)
 from embodied.core.base import resolve_device
 from embodied.core.registry import SIM_BACKENDS, TASKS
+from embodied.sim_backends.base import choose_backend
 
 NUM_ENVS = 4
 TASK_NAMES = TASKS.names()
@@ -60,7 +61,7 @@ def _check_log(log: dict) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_task_conformance(task, device):
-    backend = SIM_BACKENDS.get(TASKS.get(task).backends[0])
+    backend = SIM_BACKENDS.get(choose_backend(task))
     if device not in backend.devices:
         pytest.skip(f"{task}'s backend {backend.name} simulates on {', '.join(backend.devices)} only")
     check_conformance(task, device)
