@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 STATE_DIM = 17
-KINEMATIC_DIM = 13  # position, quaternion, linear and angular velocity: the state a start sets
 PARAM_DIM = 13
 GRAVITY = 9.81
 # Crazyflie 2.1 X configuration (L2F crazy_flie.h): rotor x, y [m] and spin direction of yaw torque

@@ -113,9 +113,7 @@ NOISE = 18  # 4 entries: position, rotation matrix, linear velocity, angular vel
 DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(22, 26)
 DR_ENABLED = 26
 DR_RANGE = 27  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
-INIT_REPLAY = 39  # probability that a reset restarts from a remembered failed start (0: off)
-CONFIG_DIM = 40
-KINEMATIC = 13  # quadrotor.KINEMATIC_DIM: position, quaternion, linear and angular velocity (what a start replays)
+CONFIG_DIM = 39
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 
@@ -161,9 +159,8 @@ def normal_pair(rng):
 
 # ---- pieces -----------------------------------------------------------------------------------
 @nb.njit(inline="always", fastmath=FASTMATH, cache=True, error_model="numpy")
-def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, starts, ring, meta):
-    """Initial state of env ``i`` (QuadrotorHoverEnv._reset_idx and _sample_params); ``starts[i]`` keeps its
-    kinematic start, ``ring``/``meta`` (count, next slot) the failed starts a reset may replay."""
+def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng):
+    """Initial state of env ``i`` (QuadrotorHoverEnv._reset_idx and _sample_params)."""
     xi, pi = x[i], p[i]
     for j in range(3):
         xi[j] = (2.0 * uniform(rng) - 1.0) * c[INIT_POSITION]
@@ -181,12 +178,6 @@ def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, starts
         for j in range(13):
             xi[j] = 0.0
         xi[3] = 1.0
-    if c[INIT_REPLAY] > 0.0 and meta[0] > 0 and uniform(rng) < c[INIT_REPLAY]:  # a remembered failed start
-        k = min(int(uniform(rng) * meta[0]), meta[0] - 1)
-        for j in range(KINEMATIC):
-            xi[j] = ring[k, j]
-    for j in range(KINEMATIC):
-        starts[i, j] = xi[j]
     for j in range(4):
         xi[13 + j] = 0.5 * c[RPM_MAX]
     for j in range(pi.shape[0]):
@@ -259,7 +250,7 @@ def _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri):
 
 # ---- the step -----------------------------------------------------------------------------------
 @nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
-def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt, geo, rng, starts, ring, meta,
+def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt, geo, rng,
                pol, cri, final_pol, final_cri, reward, terminated, truncated, success, faulted, log):
     """One control step of every env. Writes the outputs (``pol .. faulted``) and the batch means into
     ``log``; returns (number of envs with a numerical fault, whether any episode ended).
@@ -351,26 +342,14 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
                 for j in range(cri.shape[1]):
                     if not math.isfinite(final_cri[i, j]):
                         final_cri[i, j] = 0.0
-            if c[INIT_REPLAY] > 0.0 and success[i] == 0.0:
-                _remember(starts[i], ring, meta)
-            _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, starts, ring, meta)
+            _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
             _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)
     return num_bad, any_done
 
 
-@nb.njit(inline="always", cache=True)
-def _remember(start, ring, meta):
-    """Append a failed episode's kinematic start to the ring (the oldest is overwritten when it is full)."""
-    k = meta[1]
-    for j in range(KINEMATIC):
-        ring[k, j] = start[j]
-    meta[1] = (k + 1) % ring.shape[0]
-    meta[0] = min(meta[0] + 1, ring.shape[0])
-
-
 @nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
-def hover_reset(x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, starts, ring, meta, pol, cri):
+def hover_reset(x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pol, cri):
     """Initial states and observations of every env."""
     for i in range(x.shape[0]):
-        _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, starts, ring, meta)
+        _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
         _observe(i, x, p, noise_scale, hist, nominal, c, rng, pol, cri)

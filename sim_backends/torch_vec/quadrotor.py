@@ -23,7 +23,6 @@ STATE = NamedLayout(pos_w=3, quat_wb=4, lin_vel_w=3, ang_vel_b=3, rpm=4)
 PARAMS = NamedLayout(mass=1, inertia=3, k_f=1, k_m=1, motor_tau=1, force_w=3, torque_b=3)
 CONTROLS = NamedLayout(rpm_cmd=4)
 assert STATE.dim == qk.STATE_DIM and PARAMS.dim == qk.PARAM_DIM
-assert STATE.slice("rpm").start == qk.KINEMATIC_DIM  # a start sets everything before the rotor speeds
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,6 @@ import pytest
 import torch
 
 import embodied
-from embodied.core.errors import UserError
-from embodied.core.registry import TASKS
 from embodied.kernels.quadrotor import numba_available
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba is not installed")
@@ -216,59 +214,3 @@ def test_weight_changes_reach_the_kernel_and_bad_history_is_refused():
 
     with pytest.raises(UserError, match="action_history"):
         embodied.make_env("quadrotor-hover", action_history=0)
-
-
-@pytest.mark.parametrize("kernel", ["numba", "torch"])
-def test_failed_starts_are_remembered_and_replayed(kernel):
-    """``init_replay``: every failed episode's kinematic start goes into the ring, oldest first; with probability 1
-    a reset restarts from one of them exactly (rotor speeds at mid range again); the ring is checkpointed; a
-    successful episode is not remembered; evaluation never replays."""
-    kw = dict(kernel=kernel, init_replay=1.0, init_replay_size=4, init_guidance=0.0)
-    env = embodied.make_env("quadrotor-hover", num_envs=1, seed=1, **kw)
-    env.reset(seed=5)
-    first = env.sim.x[0, :13].clone()
-    assert torch.equal(env.starts[0], first) and env.replay_meta.tolist() == [0, 0]
-    off = -torch.ones(1, 4)  # motors off: it falls out of the termination radius within a second
-    starts = [first]
-    for _ in range(3):  # three failed episodes: each restarts from the only start it has failed from
-        for _ in range(200):
-            *_, terminated, truncated, info = env.step(off)
-            if bool(terminated | truncated):
-                break
-        assert bool(terminated) and info["final_info"]["success"].item() == 0.0
-        starts.append(env.sim.x[0, :13].clone())
-        assert torch.equal(starts[-1], first)  # the ring holds copies of one start
-        assert env.sim.x[0, 13:].tolist() == [0.5 * env.params.rpm_max] * 4
-    assert env.replay_meta.tolist() == [3, 3]
-    torch.testing.assert_close(env._replay_rows(), first.expand(3, 13))
-    twin = embodied.make_env("quadrotor-hover", num_envs=1, seed=9, **kw)
-    twin.load_state_dict(env.state_dict())
-    assert torch.equal(twin._replay_rows(), env._replay_rows()) and twin.replay_meta.tolist() == [3, 3]
-    # a wrapped ring keeps the newest rows, oldest first
-    env._remember(torch.arange(26.0).view(2, 13))
-    rows = env._replay_rows()
-    assert env.replay_meta.tolist() == [4, 1] and torch.equal(rows[-2:], torch.arange(26.0).view(2, 13))
-    # a success (the last step of an episode held at hover, no disturbance) adds nothing
-    count = env.replay_meta.tolist()
-    env.sim.x[0] = torch.tensor([0.0] * 3 + [1.0] + [0.0] * 9 + [env.params.hover_rpm] * 4)
-    env.sim.p[0, 7:] = 0.0
-    env.episode_length[0], env.last_outside[0] = env.max_episode_steps - 1, 0
-    *_, truncated, info = env.step(torch.full((1, 4), env.hover_action))
-    assert bool(truncated) and info["final_info"]["success"].item() == 1.0 and env.replay_meta.tolist() == count
-    assert TASKS.get("quadrotor-hover").eval_config(env.cfg).init_replay == 0.0
-    with pytest.raises(UserError, match="init_replay"):
-        embodied.make_env("quadrotor-hover", num_envs=1, init_replay=1.5)
-
-
-def test_no_replay_leaves_the_random_stream_unchanged():
-    """``init_replay=0`` (the default) draws nothing extra: the same starts as before the option existed, here as
-    the reference path's with the option at 0 and the ring full of failures."""
-    a = embodied.make_env("quadrotor-hover", num_envs=16, seed=1, init_replay=0.0)
-    b = embodied.make_env("quadrotor-hover", num_envs=16, seed=1, init_replay=0.0, init_replay_size=2)
-    a.reset(seed=2)
-    b.reset(seed=2)
-    off = -torch.ones(16, 4)
-    for _ in range(120):
-        a.step(off)
-        b.step(off)
-    assert torch.equal(a.sim.x, b.sim.x) and a.replay_meta.tolist() == [0, 0]

@@ -23,7 +23,7 @@ from embodied.core.layout import ActionTerm, Layout, Term
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.rotations import quat_from_axis_angle, quat_to_rotmat, random_unit_vectors
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, mirror_rotation, mirror_vector, permutation
-from embodied.kernels.quadrotor import GRAVITY, KINEMATIC_DIM, ROTOR_X, numba_available, numba_geometry
+from embodied.kernels.quadrotor import GRAVITY, ROTOR_X, numba_available, numba_geometry
 from embodied.sim_backends.base import NamedLayout, choose_backend, make_backend
 from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
 
@@ -106,11 +106,6 @@ class QuadrotorHoverConfig:
     init_lin_vel: float = 1.0  # [m/s] uniform +-
     init_ang_vel: float = 1.0  # [rad/s] uniform +-
     init_guidance: float = 0.1  # probability of starting level at the set-point
-    # replay of failed starts: the probability that a training reset restarts from the kinematic start (position,
-    # attitude, velocities) of a recent episode that failed, drawn from the last ``init_replay_size`` of them (plant,
-    # disturbances and noise drawn afresh); evaluation never replays. 0: off (L2F)
-    init_replay: float = 0.0
-    init_replay_size: int = 1024
     action_history: int = 16  # past actions in the actor observation (L2F: 32; 16 = 0.16 s, one motor time constant)
     obs_noise_position: float = 0.001  # std [m]
     obs_noise_orientation: float = 0.001  # std, on rotation-matrix entries
@@ -192,12 +187,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             raise UserError(f"env.action_history must be >= 1, got {h}")
         self.actions = torch.zeros(n, h * 4, device=self.device)  # oldest first
         self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
-        if not 0.0 <= cfg.init_replay <= 1.0 or cfg.init_replay_size < 1:
-            raise UserError(f"env.init_replay must be in [0, 1] and env.init_replay_size >= 1, got {cfg.init_replay}, "
-                            f"{cfg.init_replay_size}")
-        self.starts = torch.zeros(n, KINEMATIC_DIM, device=self.device)  # each env's kinematic start
-        self.replay_ring = torch.zeros(cfg.init_replay_size, KINEMATIC_DIM, device=self.device)  # failed starts
-        self.replay_meta = torch.zeros(2, dtype=torch.long)  # (count, next slot)
         self.dr_ranges = cfg.domain_randomization.ranges() if cfg.domain_randomization.enabled else None
         self.noise_scale = torch.ones(n, device=self.device)  # per-episode factor on the observation noise std
         self.success_steps = round(cfg.success_hold_s / params.dt)
@@ -237,12 +226,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         for name in ("pos_w", "quat_wb", "lin_vel_w", "ang_vel_b"):  # level at rest at the set-point
             S.view(x, name)[guided] = 0.0
         S.view(x, "quat_wb")[guided, 0] = 1.0
-        count = int(self.replay_meta[0])
-        if cfg.init_replay > 0 and count:  # a remembered failed start (the kernel's _reset)
-            again = torch.rand(k, generator=self.generator, device=self.device) < cfg.init_replay
-            pick = torch.randint(count, (k,), generator=self.generator, device=self.device)
-            x[again, :KINEMATIC_DIM] = self.replay_ring[pick[again]]
-        self.starts[env_ids] = x[:, :KINEMATIC_DIM]
         S.view(x, "rpm")[:] = 0.5 * self.params.rpm_max  # motors start at mid range (L2F)
         self.sim.set_state_idx(env_ids, x)
         self.sim.set_params_idx(env_ids, self._sample_params(k))
@@ -314,25 +297,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
         held = self.episode_length - self.last_outside
         survived = self.episode_length >= self.max_episode_steps
-        success = survived & (held >= self.success_steps)
-        if self.cfg.init_replay > 0:
-            self._remember(self.starts[done & ~success])
-        return {"success": success.float()}
-
-    def _replay_rows(self) -> torch.Tensor:
-        """The remembered failed starts, oldest first."""
-        count, slot = self.replay_meta.tolist()
-        ring = self.replay_ring
-        return ring[:count].clone() if count < ring.shape[0] else torch.cat([ring[slot:], ring[:slot]])
-
-    def _remember(self, starts: torch.Tensor) -> None:
-        """Append failed episodes' starts to the replay ring (the kernel's ``_remember``, in env order)."""
-        ring, (count, slot) = self.replay_ring, self.replay_meta.tolist()
-        for row in starts:
-            ring[slot] = row
-            slot = (slot + 1) % ring.shape[0]
-            count = min(count + 1, ring.shape[0])
-        self.replay_meta[:] = torch.tensor([count, slot])
+        return {"success": (survived & (held >= self.success_steps)).float()}
 
     def _state_finite(self) -> torch.Tensor:
         return self.sim.finite()
@@ -356,9 +321,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
 
         rng = np.array([_stream_seed(self.generator.initial_seed())], np.uint64)
         return dict(kernel=fk, x=self.sim.x.numpy(), p=self.sim.p.numpy(), noise_scale=self.noise_scale.numpy(),
-                    hist=self.actions.numpy(), starts=self.starts.numpy(), ring=self.replay_ring.numpy(),
-                    meta=self.replay_meta.numpy(), ep_len=self.episode_length.numpy(),
-                    last_out=self.last_outside.numpy(),
+                    hist=self.actions.numpy(),
+                    ep_len=self.episode_length.numpy(), last_out=self.last_outside.numpy(),
                     nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None, coefs_key=None,
                     geo=numba_geometry(),
                     log_names=[f"reward/{t}" for t in fk.LOG_TERMS] + ["distance"] + (
@@ -385,7 +349,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         c[fk.DIST_FORCE], c[fk.DIST_TORQUE], c[fk.ARM], c[fk.GRAV] = (cfg.disturbance_force, cfg.disturbance_torque,
                                                                       ARM, GRAVITY)
         c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
-        c[fk.INIT_REPLAY] = cfg.init_replay
         if self.dr_ranges:
             c[fk.DR_RANGE:fk.DR_RANGE + 12] = [v for r in self.dr_ranges.values() for v in r]
         f["coefs"], f["coefs_key"] = c, key
@@ -400,7 +363,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             f["rng"][0] = _stream_seed(self.generator.initial_seed())  # a negative seed wraps as torch's does
         pol, cri = self._obs_buffers()
         f["kernel"].hover_reset(f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"],
-                                f["nominal"], self._coefs(), f["rng"], f["starts"], f["ring"], f["meta"], pol, cri)
+                                f["nominal"], self._coefs(), f["rng"], pol, cri)
         return {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}, {}
 
     def _obs_buffers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -421,8 +384,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         log = np.empty(f["kernel"].LOG_DIM)
         num_bad, any_done = f["kernel"].hover_step(
             _as_numpy(action), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
-            f["last_out"], f["nominal"], self._coefs(), self.params.dt, f["geo"], f["rng"], f["starts"], f["ring"],
-            f["meta"], pol, cri, final_pol,
+            f["last_out"], f["nominal"], self._coefs(), self.params.dt, f["geo"], f["rng"], pol, cri, final_pol,
             final_cri, reward, terminated, truncated, success, faulted, log)
         self.num_nan_resets += num_bad
         info = {"log": dict(zip(f["log_names"], log.tolist())), "faulted": torch.from_numpy(faulted)}
@@ -521,8 +483,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def state_dict(self) -> dict:
         s = super().state_dict()
         s.update(sim=self.sim.get_state(), actions=self.actions.clone(), last_outside=self.last_outside.clone(),
-                 noise_scale=self.noise_scale.clone(), starts=self.starts.clone(),
-                 replay_ring=self._replay_rows(),
+                 noise_scale=self.noise_scale.clone(),
                  weights=dict(vars(self.weights)), total_env_steps=self.total_env_steps)
         if self._fused is not None:
             s["fused_rng"] = int(self._fused["rng"][0])
@@ -535,12 +496,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.last_outside.copy_(state["last_outside"])
         if "noise_scale" in state:
             self.noise_scale.copy_(state["noise_scale"])
-        if "replay_ring" in state:  # in place: the kernel holds views; a smaller ring keeps the newest rows
-            rows = state["replay_ring"][-self.replay_ring.shape[0]:]
-            self.starts.copy_(state["starts"])
-            self.replay_ring.zero_()
-            self.replay_ring[:rows.shape[0]] = rows
-            self.replay_meta[:] = torch.tensor([rows.shape[0], rows.shape[0] % self.replay_ring.shape[0]])
         self.weights = RewardWeights(**state["weights"])
         self.total_env_steps = int(state["total_env_steps"])
         if self._fused is not None:  # a checkpoint of the torch path continues from its generator's state
@@ -561,6 +516,6 @@ register_task(
         # strict evaluation: the full initial-state distribution (no guided starts at the set-point);
         # the curriculum frozen at the initial weights (success does not depend on them, eval/return does)
         eval_config=lambda cfg: dataclasses.replace(
-            cfg, curriculum=dataclasses.replace(cfg.curriculum, enabled=False), init_guidance=0.0, init_replay=0.0),
+            cfg, curriculum=dataclasses.replace(cfg.curriculum, enabled=False), init_guidance=0.0),
     )
 )
