@@ -1,7 +1,11 @@
 """Where a pick-place policy fails (issue 12's residual lift diagnosis): the run's policy (``load_policy``) on the
 first episode of each of ``--episodes`` envs (``embodied eval``'s starts), each episode classed by the cube's path:
 ``success``, ``never lifted`` (the cube never rose 1 cm: the grasp missed and was not retried), ``over the plate``
-(it ended above the plate, not resting on it) or ``lifted, not placed`` (lifted, then dropped or carried elsewhere).
+(it ended above the plate, not resting on it) or ``lifted, not placed`` (lifted, then dropped or carried elsewhere);
+the gripper splits two of them (its command's sign closes, > 0, or opens the fingers): ``never lifted`` into ``never
+closed at the cube`` (the command stayed open on every step the grip point was within 2 cm of the cube) and ``closed,
+not lifted``; ``lifted, not placed`` into ``released`` (the command was open on the cube's last lifted step: the
+policy let go) and ``slipped`` (closed there: the cube fell out of the fingers).
 A mini-libero run (issue 13) is classed per task: ``success``, ``never reached`` (the grip point never came within
 2 cm of the instructed cube), ``wrong cube lifted`` (another cube rose 1 cm; not a success), ``lifted, not placed``
 (the instructed cube rose, the goal never held) and ``reached, not lifted``; for a VLA with entity pointers also
@@ -40,35 +44,45 @@ def classify(run: Path, episodes: int) -> dict:
     if not isinstance(env, PickPlaceEnv):
         raise SystemExit(f"{run}: a pick-place run is needed, this one is {cfg.task}")
     n = episodes
-    lifted, over, near = (torch.zeros(n, dtype=torch.bool) for _ in range(3))
+    lifted, over, near, closed_at, closed_up = (torch.zeros(n, dtype=torch.bool) for _ in range(5))
 
-    def watch(live: torch.Tensor, obs: dict) -> None:
+    def watch(live: torch.Tensor, obs: dict, action: torch.Tensor) -> None:
         pos, _ = env.object_pose()
-        lifted[live] |= pos[live, 2] > CUBE + 0.01
+        grip, _ = env.controller.ee_pose()
+        closing = action[:, -1] > 0
+        up = pos[:, 2] > CUBE + 0.01
+        lifted[live] |= up[live]
+        at_cube = live & ((grip - pos).norm(dim=1) < 0.02)
+        closed_at[at_cube] |= closing[at_cube]
+        closed_up[live & up] = closing[live & up]  # the command on the newest lifted step
         near[:] = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
 
     def ended(mask: torch.Tensor) -> None:  # where the cube was when the episode ended
         over[mask] = near[mask]
 
     success = _first_episodes(env, policy, eval_seed(cfg), watch, ended)
+    dropped = ~success & lifted & ~over
     classes = {"success": success, "never lifted": ~success & ~lifted, "over the plate": ~success & lifted & over,
-               "lifted, not placed": ~success & lifted & ~over}
+               "lifted, not placed": dropped, "never closed at the cube": ~success & ~lifted & ~closed_at,
+               "closed, not lifted": ~success & ~lifted & closed_at, "released": dropped & ~closed_up,
+               "slipped": dropped & closed_up}
     return {"run": str(run), "task": cfg.task, "step": int(ckpt["step"]), "episodes": n,
             **{k: int(v.sum()) for k, v in classes.items()}}
 
 
 def _first_episodes(env, policy, seed: int, watch, ended=None) -> torch.Tensor:
-    """Run every env's first episode from ``seed`` with the policy; ``watch(live, obs)`` sees the state and the
-    observation before each step (``live``: the envs whose first episode goes on), ``ended(mask)`` the envs whose
-    first episode just ended.
+    """Run every env's first episode from ``seed`` with the policy; ``watch(live, obs, action)`` sees the state, the
+    observation and the policy's action before each step (``live``: the envs whose first episode goes on),
+    ``ended(mask)`` the envs whose first episode just ended.
     Returns which first episodes succeeded."""
     n = env.num_envs
     obs, _ = env.reset(seed=seed)
     policy.reset()
     done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
     for _ in range(env.max_episode_steps):
-        watch(~done, obs)
-        obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
+        action = policy.act(obs["policy"])
+        watch(~done, obs, action)
+        obs, _, terminated, truncated, info = env.step(action)
         now = (terminated | truncated) & ~done
         policy.reset(terminated | truncated)
         final = info.get("final_info") or {}
@@ -95,7 +109,7 @@ def classify_suite(env, policy, seed: int) -> dict:
                      if hasattr(m, "pointer_logits") and getattr(m, "pointers", None) is not None), None)
     first = True
 
-    def watch(live: torch.Tensor, obs: dict) -> None:
+    def watch(live: torch.Tensor, obs: dict, action: torch.Tensor) -> None:
         nonlocal first
         if first:  # each env's first episode's task, read after the reset that drew it
             task[:], target[:] = env.task_id, env.target
