@@ -1,0 +1,100 @@
+"""How high can quadrotor-hover's success go (issue 8's "every seed" figure)? Several stopped runs flown on the same
+``--episodes`` fresh initial states (the task's strict evaluation distribution, initial-state seed ``--seed``, each
+env's first episode): each run's success, and the **union** (a start counts when at least one run's policy flies it to
+success): a lower bound on the success an optimal policy reaches on this distribution, against the notes' estimate that
+the hardest starts (tilted ~75 deg, falling) cannot be recovered at all. Failures are classed as ``crashed`` (left the
+termination radius) or ``not held`` (survived, outside the success radius in the final window), and success is binned
+by the start's tilt and vertical velocity. Prints one JSON.
+
+    python scripts/bench/bench_hover_ceiling.py RUN [RUN ...] [--episodes 2000] [--seed 777001] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _machine import emit, machine_info  # noqa: E402
+
+TILT_BINS = (0, 30, 60, 75, 90.01)  # [deg] from upright (the distribution reaches 90)
+VZ_BINS = (-1.0, -0.5, 0.0, 0.5, 1.01)  # [m/s]
+
+
+@torch.no_grad()
+def fly(run: Path, episodes: int, seed: int) -> dict[str, torch.Tensor]:
+    """The first episode of each of ``episodes`` envs: start (critic observation at the reset), success, crash."""
+    from embodied.checkpoint import load_checkpoint, policy_from_checkpoint
+    from embodied.config import config_from_dict
+    from embodied.evaluate import make_eval_env
+
+    ckpt = load_checkpoint(run)
+    cfg = config_from_dict(ckpt["config"])
+    if cfg.task != "quadrotor-hover":
+        raise SystemExit(f"{run}: a quadrotor-hover run is needed, this one is {cfg.task}")
+    policy = policy_from_checkpoint(ckpt, run)
+    env = make_eval_env(cfg, num_envs=episodes)
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    start = obs["critic"][:, :18].clone()  # position, rotation matrix (row-major), linear and angular velocity
+    done, success, crashed = (torch.zeros(episodes, dtype=torch.bool) for _ in range(3))
+    for _ in range(env.max_episode_steps):
+        obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
+        now = (terminated | truncated) & ~done
+        policy.reset(terminated | truncated)
+        if bool(now.any()):
+            success[now] = info["final_info"]["success"][now].bool()
+            crashed[now] = terminated[now]
+        done |= now
+        if bool(done.all()):
+            break
+    return {"start": start, "success": success, "crashed": crashed, "step": int(ckpt["step"])}
+
+
+def binned(success: torch.Tensor, x: torch.Tensor, edges) -> list[dict]:
+    """Mean of ``success [E]`` (per start, in [0, 1]) over the starts whose ``x`` falls in each bin."""
+    out = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (x >= lo) & (x < hi)
+        out.append({"range": [lo, hi], "starts": int(m.sum()),
+                    "success": round(success[m].mean().item(), 4) if bool(m.any()) else None})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--episodes", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=777001, help="initial-state seed shared by every run")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    flown = [fly(Path(r), args.episodes, args.seed) for r in args.runs]
+    for f in flown[1:]:
+        if not torch.equal(f["start"], flown[0]["start"]):
+            raise SystemExit("the runs were flown from different starts (another task config?)")
+    start = flown[0]["start"]
+    tilt = torch.rad2deg(torch.acos(start[:, 11].clamp(-1, 1)))  # R[2, 2]: the body z axis against the world's
+    vz = start[:, 14]
+    wins = torch.stack([f["success"] for f in flown])
+    union, never, mean = wins.any(0), ~wins.any(0), wins.float().mean(0)  # mean: the runs' average per start
+    runs = [{"run": r, "step": f["step"], "success": round(f["success"].float().mean().item(), 4),
+             "crashed": int((~f["success"] & f["crashed"]).sum()),
+             "not held": int((~f["success"] & ~f["crashed"]).sum())}
+            for r, f in zip(args.runs, flown)]
+    emit({"bench": "hover_ceiling", "machine": machine_info(), "episodes": args.episodes, "seed": args.seed,
+          "runs": runs, "union_success": round(union.float().mean().item(), 4),
+          "flown_by_k_runs": [int((wins.sum(0) == k).sum()) for k in range(len(flown) + 1)],
+          "mean_success": round(mean.mean().item(), 4),
+          "by_tilt_deg": {"mean": binned(mean, tilt, TILT_BINS), "union": binned(union.float(), tilt, TILT_BINS)},
+          "by_vz": {"mean": binned(mean, vz, VZ_BINS), "union": binned(union.float(), vz, VZ_BINS)},
+          "never_flown": {"starts": int(never.sum()), **({
+              "tilt_deg_mean": round(tilt[never].mean().item(), 1), "vz_mean": round(vz[never].mean().item(), 3),
+              "z_mean": round(start[never, 2].mean().item(), 3)} if bool(never.any()) else {})}},
+         args.out)
+
+
+if __name__ == "__main__":
+    main()
