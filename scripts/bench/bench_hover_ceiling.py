@@ -4,9 +4,12 @@ env's first episode): each run's success, and the **union** (a start counts when
 success): a lower bound on the success an optimal policy reaches on this distribution, against the notes' estimate that
 the hardest starts (tilted ~75 deg, falling) cannot be recovered at all. Failures are classed as ``crashed`` (left the
 termination radius) or ``not held`` (survived, outside the success radius in the final window), and success is binned
-by the start's tilt and vertical velocity. Prints one JSON.
+by the start's tilt and vertical velocity. ``--ensemble`` also flies the runs' action mean (and median: the lower
+middle for an even count) as one policy from the same starts: what an ensemble of independent learners would reach.
+Prints one JSON.
 
-    python scripts/bench/bench_hover_ceiling.py RUN [RUN ...] [--episodes 2000] [--seed 777001] [--out FILE]
+    python scripts/bench/bench_hover_ceiling.py RUN [RUN ...] [--episodes 2000] [--seed 777001] [--ensemble]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -24,34 +27,43 @@ TILT_BINS = (0, 30, 60, 75, 90.01)  # [deg] from upright (the distribution reach
 VZ_BINS = (-1.0, -0.5, 0.0, 0.5, 1.01)  # [m/s]
 
 
-@torch.no_grad()
-def fly(run: Path, episodes: int, seed: int) -> dict[str, torch.Tensor]:
-    """The first episode of each of ``episodes`` envs: start (critic observation at the reset), success, crash."""
+def load(run: Path):
+    """A quadrotor-hover run's policy and its evaluation config."""
     from embodied.checkpoint import load_checkpoint, policy_from_checkpoint
     from embodied.config import config_from_dict
-    from embodied.evaluate import make_eval_env
 
     ckpt = load_checkpoint(run)
     cfg = config_from_dict(ckpt["config"])
     if cfg.task != "quadrotor-hover":
         raise SystemExit(f"{run}: a quadrotor-hover run is needed, this one is {cfg.task}")
-    policy = policy_from_checkpoint(ckpt, run)
+    return policy_from_checkpoint(ckpt, run), cfg, int(ckpt["step"])
+
+
+@torch.no_grad()
+def fly(policies: list, combine, cfg, episodes: int, seed: int) -> dict[str, torch.Tensor]:
+    """The first episode of each of ``episodes`` envs, acting by ``combine`` of the policies' actions ``[P, E, 4]``:
+    start (critic observation at the reset), success, crash."""
+    from embodied.evaluate import make_eval_env
+
     env = make_eval_env(cfg, num_envs=episodes)
     obs, _ = env.reset(seed=seed)
-    policy.reset()
+    for p in policies:
+        p.reset()
     start = obs["critic"][:, :18].clone()  # position, rotation matrix (row-major), linear and angular velocity
     done, success, crashed = (torch.zeros(episodes, dtype=torch.bool) for _ in range(3))
     for _ in range(env.max_episode_steps):
-        obs, _, terminated, truncated, info = env.step(policy.act(obs["policy"]))
+        action = combine(torch.stack([p.act(obs["policy"]) for p in policies]))
+        obs, _, terminated, truncated, info = env.step(action)
         now = (terminated | truncated) & ~done
-        policy.reset(terminated | truncated)
+        for p in policies:
+            p.reset(terminated | truncated)
         if bool(now.any()):
             success[now] = info["final_info"]["success"][now].bool()
             crashed[now] = terminated[now]
         done |= now
         if bool(done.all()):
             break
-    return {"start": start, "success": success, "crashed": crashed, "step": int(ckpt["step"])}
+    return {"start": start, "success": success, "crashed": crashed}
 
 
 def binned(success: torch.Tensor, x: torch.Tensor, edges) -> list[dict]:
@@ -69,9 +81,11 @@ def main() -> None:
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--episodes", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=777001, help="initial-state seed shared by every run")
+    ap.add_argument("--ensemble", action="store_true", help="also fly the runs' action mean and median")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    flown = [fly(Path(r), args.episodes, args.seed) for r in args.runs]
+    loaded = [load(Path(r)) for r in args.runs]
+    flown = [fly([p], lambda a: a[0], cfg, args.episodes, args.seed) | {"step": step} for p, cfg, step in loaded]
     for f in flown[1:]:
         if not torch.equal(f["start"], flown[0]["start"]):
             raise SystemExit("the runs were flown from different starts (another task config?)")
@@ -84,8 +98,14 @@ def main() -> None:
              "crashed": int((~f["success"] & f["crashed"]).sum()),
              "not held": int((~f["success"] & ~f["crashed"]).sum())}
             for r, f in zip(args.runs, flown)]
+    ensemble = {}
+    if args.ensemble:
+        policies, cfg = [p for p, _, _ in loaded], loaded[0][1]
+        for name, combine in (("mean", lambda a: a.mean(0)), ("median", lambda a: a.median(0).values)):
+            won = fly(policies, combine, cfg, args.episodes, args.seed)["success"]
+            ensemble[name] = round(won.float().mean().item(), 4)
     emit({"bench": "hover_ceiling", "machine": machine_info(), "episodes": args.episodes, "seed": args.seed,
-          "runs": runs, "union_success": round(union.float().mean().item(), 4),
+          "runs": runs, "union_success": round(union.float().mean().item(), 4), "ensemble_success": ensemble,
           "flown_by_k_runs": [int((wins.sum(0) == k).sum()) for k in range(len(flown) + 1)],
           "mean_success": round(mean.mean().item(), 4),
           "by_tilt_deg": {"mean": binned(mean, tilt, TILT_BINS), "union": binned(union.float(), tilt, TILT_BINS)},
