@@ -57,3 +57,33 @@ def run_json(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1]), wall, proc.stderr
+
+
+def first_episodes(env, policy, seed: int, watch=None, ended=None):
+    """Run every env's first episode from ``seed`` with the policy; ``watch(live, obs, action)`` sees the state, the
+    observation and the policy's action before each step (``live``: the envs whose first episode goes on),
+    ``ended(mask, terminated)`` the envs whose first episode just ended and the step's ``terminated``.
+    Returns which first episodes succeeded (``[N]`` bool)."""
+    import torch
+
+    n = env.num_envs
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+    for _ in range(env.max_episode_steps):
+        action = policy.act(obs["policy"])
+        if watch is not None:
+            watch(~done, obs, action)
+        obs, _, terminated, truncated, info = env.step(action)
+        now = (terminated | truncated) & ~done
+        policy.reset(terminated | truncated)
+        final = info.get("final_info") or {}
+        if bool(now.any()):
+            if "success" in final:
+                success[now] = final["success"][now].bool()
+            if ended is not None:
+                ended(now, terminated)
+        done |= now
+        if bool(done.all()):
+            break
+    return success

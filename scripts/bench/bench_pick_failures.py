@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import emit, machine_info  # noqa: E402
+from _machine import emit, first_episodes, machine_info  # noqa: E402
 
 
 @torch.no_grad()
@@ -57,10 +57,10 @@ def classify(run: Path, episodes: int) -> dict:
         closed_up[live & up] = closing[live & up]  # the command on the newest lifted step
         near[:] = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
 
-    def ended(mask: torch.Tensor) -> None:  # where the cube was when the episode ended
+    def ended(mask: torch.Tensor, terminated: torch.Tensor) -> None:  # where the cube was when the episode ended
         over[mask] = near[mask]
 
-    success = _first_episodes(env, policy, eval_seed(cfg), watch, ended)
+    success = first_episodes(env, policy, eval_seed(cfg), watch, ended)
     dropped = ~success & lifted & ~over
     classes = {"success": success, "never lifted": ~success & ~lifted, "over the plate": ~success & lifted & over,
                "lifted, not placed": dropped, "never closed at the cube": ~success & ~lifted & ~closed_at,
@@ -68,33 +68,6 @@ def classify(run: Path, episodes: int) -> dict:
                "slipped": dropped & closed_up}
     return {"run": str(run), "task": cfg.task, "step": int(ckpt["step"]), "episodes": n,
             **{k: int(v.sum()) for k, v in classes.items()}}
-
-
-def _first_episodes(env, policy, seed: int, watch, ended=None) -> torch.Tensor:
-    """Run every env's first episode from ``seed`` with the policy; ``watch(live, obs, action)`` sees the state, the
-    observation and the policy's action before each step (``live``: the envs whose first episode goes on),
-    ``ended(mask)`` the envs whose first episode just ended.
-    Returns which first episodes succeeded."""
-    n = env.num_envs
-    obs, _ = env.reset(seed=seed)
-    policy.reset()
-    done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
-    for _ in range(env.max_episode_steps):
-        action = policy.act(obs["policy"])
-        watch(~done, obs, action)
-        obs, _, terminated, truncated, info = env.step(action)
-        now = (terminated | truncated) & ~done
-        policy.reset(terminated | truncated)
-        final = info.get("final_info") or {}
-        if bool(now.any()):
-            if "success" in final:
-                success[now] = final["success"][now].bool()
-            if ended is not None:
-                ended(now)
-        done |= now
-        if bool(done.all()):
-            break
-    return success
 
 
 def classify_suite(env, policy, seed: int) -> dict:
@@ -125,7 +98,7 @@ def classify_suite(env, policy, seed: int) -> dict:
         if pointers is not None:
             lost[live] |= (pointers.pointer_logits(obs["policy"])[:, 0].argmax(-1) != target)[live]
 
-    success = _first_episodes(env, policy, seed, watch)
+    success = first_episodes(env, policy, seed, watch)
     fail = ~success
     classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
                "wrong cube lifted": fail & wrong,
