@@ -104,6 +104,9 @@ class RunConfig:
     data: str = ""  # a recorded dataset (Minari) for offline algorithms (bc): data=PATH
     base: str = ""  # a frozen base policy for residual learners (residual-ppo/-sac): base=RUN_DIR or a bundle
     init: str = ""  # warm-start every weight of the policy from this run's latest checkpoint: init=RUN_DIR
+    # K independent learners (own seeds, networks, replay, num_envs / K envs each), the run's policy their action
+    # mean (embodied/algos/ensemble.py); 1: one learner
+    ensemble: int = 1
     env: Any = None  # the task's config dataclass
     algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

@@ -12,6 +12,7 @@ import torch
 import embodied.algos  # noqa: F401  (registers algorithms)
 import embodied.tasks  # noqa: F401  (registers tasks)
 from embodied.algos.base import OFF_POLICY, BuildContext
+from embodied.algos.ensemble import EnsembleAlgorithm
 from embodied.checkpoint import load_checkpoint
 from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
@@ -39,6 +40,8 @@ def build(cfg: RunConfig, run_dir: Path):
     """Collector, algorithm and runner of a run; names no algorithm, task or engine."""
     if cfg.torch_threads < 1:
         raise UserError(f"torch_threads must be >= 1, got {cfg.torch_threads}")
+    if cfg.ensemble < 1:
+        raise UserError(f"ensemble must be >= 1 (the number of independent learners), got {cfg.ensemble}")
     if cfg.stop_passes is not None and cfg.stop_passes < 1:
         raise UserError(f"stop_passes must be >= 1 (or null), got {cfg.stop_passes}")
     torch.set_num_threads(cfg.torch_threads)
@@ -67,7 +70,8 @@ def build(cfg: RunConfig, run_dir: Path):
                        learned_model=imagination is not None)
     try:
         try:
-            algo = algo_cls.build(cfg.algo_config, ctx)
+            algo = algo_cls.build(cfg.algo_config, ctx) if cfg.ensemble == 1 else \
+                EnsembleAlgorithm.build_members(algo_cls, cfg.algo_config, ctx, cfg.ensemble)
         except ValueError as e:  # torch's checks of the learner's settings (a negative lr...) are the user's input
             raise UserError(f"{cfg.algo}: {e}") from None
         if cfg.init:

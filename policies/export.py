@@ -40,6 +40,7 @@ from embodied.policies.actor_critic import (
     SquashedGaussianActor,
 )
 from embodied.policies.chunked import ChunkedActor, ChunkQueue
+from embodied.policies.ensemble import EnsembleActor
 from embodied.policies.flow import FlowChunkActor, time_embedding
 from embodied.policies.networks import GroupMLP
 from embodied.policies.normalizer import EmpiricalNormalizer
@@ -111,6 +112,8 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
     if isinstance(actor, ProgramPolicy):
         return list(actor.ops), int(actor.init_kwargs["obs_dim"])
+    if isinstance(actor, EnsembleActor):
+        return ensemble_program(actor)
     if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual
         if chunk_spec(actor.base) is not None:
             raise UserError("a residual over an action-chunked base is two programs (the base's chunk queue sits "
@@ -147,6 +150,36 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     else:
         raise UserError(f"export has no program for a {type(actor).__name__}")
     return ops, int(actor.init_kwargs["obs_dim"])
+
+
+def ensemble_program(actor: EnsembleActor) -> tuple[list[Op], int]:
+    """The members' action mean: ``obs -> save`` (saved[0]), the first member's program ``-> save`` (saved[1]); member
+    ``k`` from ``load_saved 0``, its program, ``add_saved k - 1`` (the running sum) ``-> save``; a last ``dense``
+    ``I / K`` divides the sum. Members are plain programs (no saves of their own, no chunk queue)."""
+    ops: list[Op] = [Op("save")]
+    obs_dim = act_dim = None
+    for k, member in enumerate(actor.members):
+        if chunk_spec(member) is not None:
+            raise UserError("export has no program for an ensemble of action-chunked members")
+        member_ops, in_dim = program(member)
+        if any(op.kind in ("save", "load_saved", "concat_saved", "add_saved") for op in member_ops):
+            raise UserError(f"export has no program for an ensemble of composite members ({type(member).__name__})")
+        if obs_dim is not None and in_dim != obs_dim:
+            raise UserError(f"ensemble members read {obs_dim} and {in_dim} observation entries")
+        obs_dim = in_dim
+        if k:
+            ops += [Op("load_saved", attrs={"index": 0, "size": in_dim}), *member_ops,
+                    Op("add_saved", attrs={"index": k})]
+        else:
+            ops += member_ops
+        if k < len(actor.members) - 1:
+            ops.append(Op("save"))
+        width = in_dim
+        for op in member_ops:
+            width = op.out_dim(width)
+        act_dim = width
+    eye = np.eye(act_dim, dtype=np.float32) / len(actor.members)
+    return [*ops, Op("dense", {"W": eye, "b": np.zeros(act_dim, np.float32)})], obs_dim
 
 
 def _residual_add(actor: ResidualActor) -> Op:

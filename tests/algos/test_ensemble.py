@@ -1,0 +1,138 @@
+"""An ensemble of independent learners (``ensemble=K``): the policy is exactly the members' action mean, it rebuilds
+from its spec, exports as one program (run by numpy, torch and the C/ONNX bundle with parity), each member sees only
+its own slice of the envs and has its own seed, the checkpoint round-trips, and TD3 members learn the target task
+above the single learner's floor on the same per-member budget."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from embodied.algos.ensemble import EnsembleAlgorithm, member_seed
+from embodied.config import load_config
+from embodied.core.errors import UserError
+from embodied.policies import DeterministicActor, EnsembleActor, build_policy, policy_spec
+from embodied.policies.export import ProgramModule, fold, program, run_numpy
+from embodied.train import build, train
+
+QUIET = ["log.progress=false", "log.tensorboard=false", "log.checkpoint_every=0"]
+
+
+def _floors() -> dict[str, float]:
+    spec = importlib.util.spec_from_file_location("floors", Path(__file__).parents[1] / "floors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FLOORS
+
+
+def _members() -> list[DeterministicActor]:
+    torch.manual_seed(0)
+    plain = DeterministicActor(5, 3, [16, 16], "relu")
+    normalized = DeterministicActor(5, 3, [8], "tanh", obs_normalization=True)
+    normalized.normalizer.update(torch.randn(64, 5) * 3 + 1)
+    for m in (plain, normalized):  # away from the zero-initialized last layer
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+    return [plain, normalized, DeterministicActor(5, 3, [16, 16], "relu")]
+
+
+def test_ensemble_actor_is_the_members_mean_and_rebuilds():
+    members = _members()
+    ens = EnsembleActor(members)
+    obs = torch.randn(32, 5)
+    mean = (members[0].act(obs) + members[1].act(obs) + members[2].act(obs)) / 3
+    assert torch.allclose(ens.act(obs), mean, atol=1e-7)
+    rebuilt = build_policy(policy_spec(ens))
+    rebuilt.load_state_dict(ens.state_dict())
+    assert torch.equal(rebuilt.act(obs), ens.act(obs))
+
+
+def test_ensemble_program_is_the_mean():
+    ens = EnsembleActor(_members())
+    ops, obs_dim = program(ens)
+    assert obs_dim == 5
+    obs = torch.randn(64, 5)
+    ref = ens.act(obs).double().numpy()
+    assert np.abs(run_numpy(ops, obs.double().numpy()) - ref).max() < 1e-6
+    assert (ProgramModule(fold(ops))(obs) - ens.act(obs)).abs().max() < 1e-6
+
+
+def test_ensemble_of_composite_members_does_not_export():
+    from embodied.policies import ResidualActor
+
+    base = policy_spec(DeterministicActor(5, 3, [8]))
+    residual = policy_spec(DeterministicActor(8, 3, [8]))
+    with pytest.raises(UserError, match="composite"):
+        program(EnsembleActor([ResidualActor(base, residual), ResidualActor(base, residual)]))
+
+
+def test_members_get_their_own_envs_and_seeds(tmp_path):
+    for name in ("run", "twin", "plain"):
+        (tmp_path / name).mkdir()
+    cfg = load_config("target", None, [*QUIET, "algo=td3", "ensemble=2", "num_envs=8", "seed=3",
+                                       "td3.warmup_steps=32", "td3.batch_size=16"])
+    runner = build(cfg, tmp_path / "run")
+    try:
+        algo = runner.algo
+        assert isinstance(algo, EnsembleAlgorithm) and len(algo.members) == 2
+        a, b = algo.members
+        assert a.num_envs == b.num_envs == 4
+        assert [member_seed(3, k) for k in range(2)] == [3, 3 + 1_000_003]
+        assert not torch.equal(a.pi.net[0].weight, b.pi.net[0].weight)  # own initializations
+        runner.start()
+        for _ in range(10):
+            tr = runner.collect()
+            algo.update()
+        # member k stored exactly rows k * 4 .. k * 4 + 3 of the last batch
+        last = {k: m.buffer.storage[m.buffer.size - 4:m.buffer.size] for k, m in enumerate(algo.members)}
+        for k, rows in last.items():
+            assert torch.equal(rows[:, a.buffer.slices["action"]], tr.action[4 * k:4 * k + 4])
+        assert a.num_observed == b.num_observed == 40 and a.num_updates == b.num_updates > 0
+        policy = algo.actor()
+        obs = tr.next_obs["policy"]
+        assert torch.allclose(policy.act(obs), (a.actor().act(obs) + b.actor().act(obs)) / 2)
+        state = algo.state_dict()
+    finally:
+        runner.collector.close()
+    twin = build(cfg, tmp_path / "twin")
+    try:
+        twin.algo.load_state_dict(state)
+        for m, t in zip(algo.members, twin.algo.members):
+            assert torch.equal(m.buffer.storage, t.buffer.storage) and m.num_updates == t.num_updates
+            assert all(torch.equal(p, q) for p, q in zip(m.pi.parameters(), t.pi.parameters()))
+        plain = build(load_config("target", None, [*QUIET, "algo=td3", "num_envs=8"]), tmp_path / "plain")
+        plain.collector.close()
+        with pytest.raises(UserError, match="ensemble=2"):
+            twin.algo.load_state_dict(plain.algo.state_dict())
+    finally:
+        twin.collector.close()
+
+
+@pytest.mark.parametrize("override", ["ensemble=3", "ensemble=0"])
+def test_bad_ensemble_size(tmp_path, override):
+    cfg = load_config("target", None, [*QUIET, "algo=td3", "num_envs=8", override])
+    with pytest.raises(UserError, match="ensemble"):
+        build(cfg, tmp_path / "run")
+
+
+def test_td3_ensemble_learns_target_and_exports(tmp_path):
+    """Two TD3 members, each on the single-learner test's budget (32 envs x 80 steps = 2560 env steps each); the
+    run's policy (their mean) scores above the same floor, and exports with parity."""
+    from embodied.hardware import export_run
+
+    overrides = ["algo=td3", "ensemble=2", "num_envs=64", "total_steps=5120", "log.eval_every=0",
+                 "td3.warmup_steps=320", "td3.batch_size=128", "td3.updates_per_step=0.25", "seed=0"]
+    torch.set_num_threads(1)
+    run_dir, summary = train(load_config("target", None, [*QUIET, *overrides]), tmp_path / "run")
+    assert summary["step"] == 5120
+    assert summary["eval/return"] >= _floors()["td3_target"], summary
+    meta = export_run(run_dir, tmp_path / "bundle", "all")
+    assert meta["parity"]["passed"], meta
+    parity = json.loads((tmp_path / "bundle" / "parity.json").read_text())
+    assert parity["c_vs_torch"] <= 1e-5 and parity["torch_vs_onnxruntime"] <= 1e-5
