@@ -107,6 +107,7 @@ class RunConfig:
     # K independent learners (own seeds, networks, replay, num_envs / K envs each), the run's policy their action
     # mean (embodied/algos/ensemble.py); 1: one learner
     ensemble: int = 1
+    ensemble_processes: bool = True  # a CPU learner's members each in a process of their own (one per core)
     env: Any = None  # the task's config dataclass
     algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

@@ -68,10 +68,12 @@ def build(cfg: RunConfig, run_dir: Path):
                        learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
                        collector.layout(), cfg.data, cfg.base, spec.success_metric,
                        learned_model=imagination is not None)
+    algo = None
     try:
         try:
             algo = algo_cls.build(cfg.algo_config, ctx) if cfg.ensemble == 1 else \
-                EnsembleAlgorithm.build_members(algo_cls, cfg.algo_config, ctx, cfg.ensemble)
+                EnsembleAlgorithm.build_members(cfg.algo, algo_cls, cfg.algo_config, ctx, cfg.ensemble,
+                                                cfg.ensemble_processes)
         except ValueError as e:  # torch's checks of the learner's settings (a negative lr...) are the user's input
             raise UserError(f"{cfg.algo}: {e}") from None
         if cfg.init:
@@ -79,6 +81,8 @@ def build(cfg: RunConfig, run_dir: Path):
             algo.actor_loaded()
     except BaseException:
         collector.close()
+        if algo is not None:
+            algo.close()
         raise
     return RUNNERS[algo_cls.paradigm](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes),
                                       run_dir, imagination=imagination)

@@ -138,6 +138,9 @@ class Algorithm(abc.ABC):
         as real data comes): ``model.imagine_step(obs, action, generator) -> (next_obs, reward, p_terminal)``.
         A learner that backpropagates through the dynamics keeps it; the others ignore it."""
 
+    def close(self) -> None:  # noqa: B027  (a hook: most learners hold no process or file)
+        """The run is over: release what the learner holds besides memory (an ensemble member's process)."""
+
     @abc.abstractmethod
     def state_dict(self) -> dict: ...
 

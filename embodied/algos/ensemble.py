@@ -5,19 +5,21 @@ is their action mean (``policies/ensemble.py``), which evaluation, the stop rule
 Why: independent runs of one learner plateau at different blind spots. quadrotor-hover, 2000 fresh starts: each
 of 20 runs flies 92-98% and the union 98.75%; the action mean of 5 runs flies 97.2-97.9%, of 9 runs 98.0%, while
 snapshots of one run, or one actor over three twin critics, do not lift it (notes of stops 35-36). Members share
-nothing, so their updates run in parallel threads (torch releases the GIL in its kernels and autograd)."""
+nothing: on a CPU learner each lives in a process of its own (``algos/remote.py``), so K members update on K cores
+at once; otherwise (a CUDA learner, or ``ensemble_processes=false``) they update one after another in the run's
+process."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 from torch import nn
 
 from embodied.algos.base import Algorithm, BuildContext, Obs, Transition, split_act
+from embodied.algos.remote import RemoteLearner, _np
 from embodied.core.errors import UserError
 from embodied.policies.ensemble import EnsembleActor
 
@@ -45,24 +47,34 @@ class EnsembleAlgorithm(Algorithm):
 
     config_cls = None
 
-    def __init__(self, members: list[Algorithm], threads: bool = True):
+    def __init__(self, members: list[Algorithm]):
         self.members = members
         self.paradigm = members[0].paradigm
         self.episodic = members[0].episodic
-        self._pool = ThreadPoolExecutor(len(members), thread_name_prefix="member") if threads else None
+        self.remote = all(isinstance(m, RemoteLearner) for m in members)
+        self._actor: EnsembleActor | None = None  # the last one handed out (a warm start loads into it)
 
     @classmethod
-    def build_members(cls, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, k: int) -> EnsembleAlgorithm:
+    def build_members(cls, algo_name: str, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, k: int,
+                      processes: bool = True) -> EnsembleAlgorithm:
+        """``processes``: each member in a spawned process (CPU learners only); else all in this one."""
         if k < 1 or ctx.num_envs % k:
             raise UserError(f"ensemble={k} splits the run's envs evenly over its members: num_envs={ctx.num_envs} "
                             f"is not a multiple of {k}")
         if algo_cls.episodic:
             raise UserError("an ensemble of episodic-rollout learners (grpo) is not supported")
-        members = []
-        for i in range(k):
-            sub = dataclasses.replace(ctx, num_envs=ctx.num_envs // k, seed=member_seed(ctx.seed, i),
-                                      total_steps=ctx.total_steps // k)
-            members.append(algo_cls.build(cfg, sub))
+        subs = [dataclasses.replace(ctx, num_envs=ctx.num_envs // k, seed=member_seed(ctx.seed, i),
+                                    total_steps=ctx.total_steps // k) for i in range(k)]
+        if not processes or ctx.device.type != "cpu":
+            return cls([algo_cls.build(cfg, sub) for sub in subs])
+        members = [RemoteLearner(algo_name, algo_cls, cfg, sub, f"ensemble member {i}") for i, sub in enumerate(subs)]
+        try:
+            for m in members:
+                m.wait_ready()
+        except BaseException:
+            for m in members:
+                m.close()
+            raise
         return cls(members)
 
     @property
@@ -81,7 +93,12 @@ class EnsembleAlgorithm(Algorithm):
 
     def act(self, obs: Obs):
         n = self._size(next(iter(obs.values())).shape[0])
-        outs = [split_act(m.act(_part(obs, k, n))) for k, m in enumerate(self.members)]
+        if self.remote:  # every member acts (after its owed update) at once
+            for k, m in enumerate(self.members):
+                m.send("act", _np(_part(obs, k, n)))
+            outs = [m.finish_act(m.receive()) for m in self.members]
+        else:
+            outs = [split_act(m.act(_part(obs, k, n))) for k, m in enumerate(self.members)]
         action = torch.cat([a for a, _ in outs])
         if not outs[0][1]:
             return action
@@ -97,20 +114,29 @@ class EnsembleAlgorithm(Algorithm):
                 faulted=_part(tr.faulted, k, n), stream=tr.stream, outcome=_part(tr.outcome, k, n)))
 
     def update(self) -> dict[str, float]:
-        """Every member's update (in parallel threads); metrics are the members' mean."""
-        if self._pool is None:
-            results = [m.update() for m in self.members]
-        else:
-            results = list(self._pool.map(lambda m: m.update(), self.members))
+        """Every member's update (remote members: started, their previous metrics returned); metrics are the
+        members' mean."""
+        results = [m.update() for m in self.members]
+        if not all(results):
+            return {}
         keys = [key for key in results[0] if all(key in r for r in results)]
         return {key: sum(_scalar(r[key]) for r in results) / len(results) for key in keys}
 
     def actor(self) -> nn.Module:
-        return EnsembleActor([m.actor() for m in self.members])
+        """In-process members' actors themselves; remote members' as copies (their weights now)."""
+        self._actor = EnsembleActor([m.actor() for m in self.members])
+        return self._actor
 
     def actor_loaded(self) -> None:
+        for k, m in enumerate(self.members):
+            if isinstance(m, RemoteLearner):  # the weights went into the copy ``actor()`` handed out
+                m.load_actor(self._actor.members[k].state_dict())
+            else:
+                m.actor_loaded()
+
+    def close(self) -> None:
         for m in self.members:
-            m.actor_loaded()
+            m.close()
 
     def attach_model(self, model: Any) -> None:
         for m in self.members:

@@ -181,6 +181,7 @@ class Runner:
     def finish(self) -> dict:
         self.checkpoint()
         self.collector.close()
+        self.algo.close()
         self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"),
                          self.last_eval.get("eval/success"), force=True)
         self.logger.close()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from embodied import load_policy
 from embodied.algos.ensemble import EnsembleAlgorithm, member_seed
 from embodied.config import load_config
 from embodied.core.errors import UserError
@@ -76,7 +77,7 @@ def test_members_get_their_own_envs_and_seeds(tmp_path):
     for name in ("run", "twin", "plain"):
         (tmp_path / name).mkdir()
     cfg = load_config("target", None, [*QUIET, "algo=td3", "ensemble=2", "num_envs=8", "seed=3",
-                                       "td3.warmup_steps=32", "td3.batch_size=16"])
+                                       "td3.warmup_steps=32", "td3.batch_size=16", "ensemble_processes=false"])
     runner = build(cfg, tmp_path / "run")
     try:
         algo = runner.algo
@@ -119,6 +120,21 @@ def test_bad_ensemble_size(tmp_path, override):
     cfg = load_config("target", None, [*QUIET, "algo=td3", "num_envs=8", override])
     with pytest.raises(UserError, match="ensemble"):
         build(cfg, tmp_path / "run")
+
+
+def test_members_in_processes_train_as_in_process(tmp_path):
+    """The same ensemble with its members in processes of their own and in the run's process: the same policy,
+    bit for bit (each member's randomness is its own generator and seed)."""
+    overrides = [*QUIET, "algo=td3", "ensemble=2", "num_envs=16", "total_steps=1600", "log.eval_every=800",
+                 "log.eval_episodes=8", "td3.warmup_steps=320", "td3.batch_size=64", "seed=1"]
+    policies = {}
+    for processes in ("true", "false"):
+        run_dir, summary = train(load_config("target", None, [*overrides, f"ensemble_processes={processes}"]),
+                                 tmp_path / processes)
+        assert summary["step"] == 1600
+        policies[processes] = load_policy(run_dir)
+    obs = torch.rand(64, 2) * 2 - 1
+    assert torch.equal(policies["true"].act(obs), policies["false"].act(obs))
 
 
 def test_td3_ensemble_learns_target_and_exports(tmp_path):
