@@ -6,10 +6,11 @@ the hardest starts (tilted ~75 deg, falling) cannot be recovered at all. Failure
 termination radius) or ``not held`` (survived, outside the success radius in the final window), and success is binned
 by the start's tilt and vertical velocity. ``--ensemble`` also flies the runs' action mean (and median: the lower
 middle for an even count) as one policy from the same starts: what an ensemble of independent learners would reach.
-Prints one JSON.
+``--members``: a run trained as an ensemble (``ensemble=K``, its policy the members' action mean) also has each
+member flown alone, and the members' median. Prints one JSON.
 
     python scripts/bench/bench_hover_ceiling.py RUN [RUN ...] [--episodes 2000] [--seed 777001] [--ensemble]
-        [--out FILE]
+        [--members] [--out FILE]
 """
 
 from __future__ import annotations
@@ -72,6 +73,18 @@ def fly(policy, cfg, episodes: int, seed: int) -> dict[str, torch.Tensor]:
     return {"start": starts[0], "success": success, "crashed": crashed}
 
 
+def members(policy, cfg, episodes: int, seed: int) -> dict:
+    """Each member of an ensemble run's policy flown alone, and the members' median; {} for a single policy."""
+    from embodied.policies import DeterministicPolicy, EnsembleActor
+
+    if not isinstance(policy.actor, EnsembleActor):
+        return {}
+    alone = [DeterministicPolicy(m) for m in policy.actor.members]
+    rate = lambda p: round(fly(p, cfg, episodes, seed)["success"].float().mean().item(), 4)  # noqa: E731
+    return {"members": [rate(p) for p in alone],
+            "members_median": rate(Combined(alone, lambda a: a.median(0).values))}
+
+
 def binned(success: torch.Tensor, x: torch.Tensor, edges) -> list[dict]:
     """Mean of ``success [E]`` (per start, in [0, 1]) over the starts whose ``x`` falls in each bin."""
     out = []
@@ -88,6 +101,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=777001, help="initial-state seed shared by every run")
     ap.add_argument("--ensemble", action="store_true", help="also fly the runs' action mean and median")
+    ap.add_argument("--members", action="store_true", help="an ensemble run's members alone, and their median")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     loaded = [load(Path(r)) for r in args.runs]
@@ -105,6 +119,9 @@ def main() -> None:
              "crashed": int((~f["success"] & f["crashed"]).sum()),
              "not held": int((~f["success"] & ~f["crashed"]).sum())}
             for r, f in zip(args.runs, flown)]
+    if args.members:
+        for row, (policy, cfg, _) in zip(runs, loaded):
+            row.update(members(policy, cfg, args.episodes, args.seed))
     ensemble = {}
     if args.ensemble:
         policies, cfg = [p for p, _, _ in loaded], loaded[0][1]

@@ -69,3 +69,19 @@ def test_bench_td3_update_runs_ours_and_the_sb3_peer():
     for name in ("ours", "ours_plain", "sb3_td3"):
         assert out[name]["ms_per_update"] > 0, name
     assert out["ours_over_sb3"] > 0
+
+
+def test_bench_hover_ceiling_flies_an_ensemble_run_and_its_members(tmp_path):
+    """A two-member ensemble run (a few hundred steps) flown from the same starts: its success, each member's."""
+    from embodied.config import load_config
+    from embodied.train import train
+
+    cfg = load_config("quadrotor-hover", "debug", ["total_steps=256", "ensemble=2", "log.progress=false",
+                                                    "log.tensorboard=false"])
+    run_dir, _ = train(cfg, tmp_path / "run")
+    script = SCRIPT.parent / "bench_hover_ceiling.py"
+    proc = subprocess.run([sys.executable, str(script), str(run_dir), "--members", "--episodes", "16"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    row = json.loads(proc.stdout)["runs"][0]
+    assert len(row["members"]) == 2 and all(0 <= s <= 1 for s in [*row["members"], row["members_median"]])
