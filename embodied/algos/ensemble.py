@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import Algorithm, BuildContext, Obs, Transition, split_act
-from embodied.algos.remote import RemoteLearner, _np
+from embodied.algos.remote import RemoteLearner, to_numpy
 from embodied.core.errors import UserError
 from embodied.policies.ensemble import EnsembleActor
 
@@ -95,7 +95,7 @@ class EnsembleAlgorithm(Algorithm):
         n = self._size(next(iter(obs.values())).shape[0])
         if self.remote:  # every member acts (after its owed update) at once
             for k, m in enumerate(self.members):
-                m.send("act", _np(_part(obs, k, n)))
+                m.send("act", to_numpy(_part(obs, k, n)))
             outs = [m.finish_act(m.receive()) for m in self.members]
         else:
             outs = [split_act(m.act(_part(obs, k, n))) for k, m in enumerate(self.members)]

@@ -25,14 +25,14 @@ from embodied.core.errors import UserError
 MEMBER_TIMEOUT_S = 600.0  # a member silent this long (one update, one state transfer) is taken for dead
 
 
-def _np(value: Any) -> Any:
+def to_numpy(value: Any) -> Any:
     """Tensors (in dicts, in a Transition) as numpy arrays; None and scalars as they are."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     if isinstance(value, Mapping):
-        return {k: _np(v) for k, v in value.items()}
+        return {k: to_numpy(v) for k, v in value.items()}
     if isinstance(value, Transition):
-        return {f: _np(getattr(value, f)) for f in value.__dataclass_fields__}
+        return {f: to_numpy(getattr(value, f)) for f in value.__dataclass_fields__}
     return value
 
 
@@ -60,7 +60,7 @@ def _serve(conn, algo_name: str, cfg: Any, ctx: BuildContext) -> None:
                 continue
             if cmd == "act":
                 action, extras = split_act(algo.act(_torch(arg)))
-                out = (_np(action), _np(extras), algo.num_updates)
+                out = (to_numpy(action), to_numpy(extras), algo.num_updates)
             elif cmd == "update":
                 out = {k: float(v) for k, v in algo.update().items()}
             elif cmd == "actor":
@@ -152,14 +152,14 @@ class RemoteLearner(Algorithm):
         return self._rollout_length
 
     def act(self, obs: Obs):
-        return self.finish_act(self.call("act", _np(obs)))
+        return self.finish_act(self.call("act", to_numpy(obs)))
 
     def finish_act(self, answer) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         action, extras, self.num_updates = answer
         return torch.from_numpy(action), _torch(extras)
 
     def observe(self, transition: Transition) -> None:
-        self.send("observe", _np(transition))
+        self.send("observe", to_numpy(transition))
 
     def update(self) -> dict[str, float]:
         """Starts the member's update and returns the metrics of its previous one."""

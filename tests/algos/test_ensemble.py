@@ -152,3 +152,12 @@ def test_td3_ensemble_learns_target_and_exports(tmp_path):
     assert meta["parity"]["passed"], meta
     parity = json.loads((tmp_path / "bundle" / "parity.json").read_text())
     assert parity["c_vs_torch"] <= 1e-5 and parity["torch_vs_onnxruntime"] <= 1e-5
+
+
+def test_a_member_process_reports_a_bad_setting_as_one_line(tmp_path):
+    """A setting the learner refuses is raised in the member's process and arrives as the same ``UserError``."""
+    cfg = load_config("target", None, [*QUIET, "algo=td3", "ensemble=2", "num_envs=8",
+                                       "td3.exploration_noise_max=0.01"])
+    (tmp_path / "run").mkdir()
+    with pytest.raises(UserError, match="exploration_noise_max=0.01 is below"):
+        build(cfg, tmp_path / "run")
