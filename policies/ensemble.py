@@ -15,14 +15,21 @@ from embodied.policies.chunked import reset_policy
 class EnsembleActor(nn.Module):
     spec_name = "ensemble"
 
-    def __init__(self, members: list):
-        """``members``: the actors themselves (a learner's, shared, not copied) or their ``policy_spec``s."""
+    def __init__(self, members: list, obs_dim: int | None = None, act_dim: int | None = None):
+        """``members``: the actors themselves (a learner's, shared, not copied) or their ``policy_spec``s.
+        ``obs_dim`` / ``act_dim`` are the members' (recorded in the spec like every actor's, for readers of specs
+        such as a residual's base loader); given, they must match."""
         super().__init__()
         if not members:
             raise ValueError("an ensemble needs at least one member")
         modules = [build_policy(m) if isinstance(m, dict) else m for m in members]
         self.members = nn.ModuleList(modules)
-        self.init_kwargs = dict(members=[policy_spec(m) for m in modules])
+        specs = [policy_spec(m) for m in modules]
+        dims = {(s["kwargs"].get("obs_dim"), s["kwargs"].get("act_dim")) for s in specs}
+        if len(dims) != 1 or (obs_dim, act_dim) not in (*dims, (None, None)):
+            raise ValueError(f"ensemble members read / act on {sorted(dims, key=str)}, expected {obs_dim} / {act_dim}")
+        (obs_dim, act_dim), = dims
+        self.init_kwargs = dict(members=specs, obs_dim=obs_dim, act_dim=act_dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.stack([m.act(obs) for m in self.members]).mean(0)

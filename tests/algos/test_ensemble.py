@@ -49,9 +49,13 @@ def test_ensemble_actor_is_the_members_mean_and_rebuilds():
     obs = torch.randn(32, 5)
     mean = (members[0].act(obs) + members[1].act(obs) + members[2].act(obs)) / 3
     assert torch.allclose(ens.act(obs), mean, atol=1e-7)
-    rebuilt = build_policy(policy_spec(ens))
+    spec = policy_spec(ens)
+    assert (spec["kwargs"]["obs_dim"], spec["kwargs"]["act_dim"]) == (5, 3)  # what a residual's base loader reads
+    rebuilt = build_policy(spec)
     rebuilt.load_state_dict(ens.state_dict())
     assert torch.equal(rebuilt.act(obs), ens.act(obs))
+    with pytest.raises(ValueError, match="ensemble members"):
+        EnsembleActor([members[0], DeterministicActor(4, 3, [8])])
 
 
 def test_ensemble_program_is_the_mean():
