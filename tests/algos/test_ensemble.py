@@ -165,3 +165,13 @@ def test_a_member_process_reports_a_bad_setting_as_one_line(tmp_path):
     (tmp_path / "run").mkdir()
     with pytest.raises(UserError, match="exploration_noise_max=0.01 is below"):
         build(cfg, tmp_path / "run")
+
+
+def test_ppo_ensemble_learns_target(tmp_path):
+    """PPO members (their acting extras, log-probability and value, split and joined per member) on the single
+    learner's test budget each (128 envs x 40 steps); the mean policy scores above the same floor."""
+    overrides = ["algo=ppo", "ensemble=2", "num_envs=256", "total_steps=10240", "log.eval_every=0", "seed=0"]
+    torch.set_num_threads(1)
+    _, summary = train(load_config("target", None, [*QUIET, *overrides]), tmp_path / "run")
+    assert summary["step"] == 10240
+    assert summary["eval/return"] >= _floors()["ppo_target"], summary
