@@ -14,7 +14,7 @@ FLOORS: dict[str, float] = {
     "appo_target": 9.5,  # async engine, 2 workers
     "fasttd3_target": 9.5,  # configs/fasttd3.yaml, 1600 env steps
     # a student distilled (algo=distill, DAgger) from the action mean of two TD3 runs on target, 1600 env steps;
-    # seed 0 reached 9.90 (the single TD3 runs: ~9.9)
+    # seed 0 reached 9.90
     "distill_target": 9.0,
     # pendulum swing-up, 200-step episodes (solved about -200, random about -1200 to -1500);
     # seed 0 reaches -214 at 57,344 env steps
