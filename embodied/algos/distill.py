@@ -48,6 +48,8 @@ def load_teacher(base: str, obs_dim: int, act_dim: int) -> nn.Module:
         loaded = load_base(p, obs_dim, act_dim)
         policy = build_policy(loaded["spec"])
         policy.load_state_dict(loaded["state"])
+        if hasattr(policy, "chunk"):  # its act() keeps per-env queues: no label for an arbitrary state
+            raise UserError(f"distill: the policy at {p} is action-chunked; a teacher must act on each state alone")
         policies.append(policy.requires_grad_(False).eval())
     return policies[0] if len(policies) == 1 else EnsembleActor(policies).eval()
 
@@ -103,14 +105,15 @@ class Distill(Algorithm):
     def observe(self, tr: Transition) -> None:
         o = tr.obs["policy"]
         rows = torch.cat([o, self.teacher.act(o)], 1)
+        self.num_observed += rows.shape[0]
+        rows = rows[-self.capacity:]  # a batch larger than the buffer: its newest rows
         n = rows.shape[0]
         idx = (self.pos + torch.arange(n, device=self.device)) % self.capacity
-        self.storage[idx] = rows[-self.capacity:] if n > self.capacity else rows
+        self.storage[idx] = rows
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
-        self.num_observed += n
         if self.num_observed >= self.cfg.warmup_steps:
-            self._credit += n * self.cfg.updates_per_step
+            self._credit += o.shape[0] * self.cfg.updates_per_step
 
     def update(self) -> dict[str, torch.Tensor]:
         metrics: dict[str, torch.Tensor] = {}
