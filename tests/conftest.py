@@ -17,3 +17,15 @@ def minilm(tmp_path_factory):
     from embodied.vla import text
 
     return text._model()
+
+
+@pytest.fixture(scope="session")
+def floors() -> dict[str, float]:
+    """``tests/floors.py``'s learning floors (tests/ is not a package: loaded by path)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("floors", Path(__file__).parent / "floors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FLOORS

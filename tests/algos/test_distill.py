@@ -4,7 +4,6 @@ a bad teacher is one line; a student distilled from a trained TD3 policy on ``ta
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,6 @@ from embodied.policies import EnsembleActor
 from embodied.train import build, train
 
 QUIET = ["log.progress=false", "log.tensorboard=false", "log.checkpoint_every=0"]
-
-
-def _floors() -> dict[str, float]:
-    spec = importlib.util.spec_from_file_location("floors", Path(__file__).parents[1] / "floors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FLOORS
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +75,11 @@ def test_one_teacher_and_bad_teachers(teachers, tmp_path):
         load_teacher(" , ", 2, 2)
 
 
-def test_student_learns_target_from_two_teachers(teachers, tmp_path):
+def test_student_learns_target_from_two_teachers(teachers, tmp_path, floors):
     """A fresh student distilled from the two runs' mean for 1600 env steps scores above the floor."""
     cfg = load_config("target", None, [*QUIET, "algo=distill", f"base={teachers[0]},{teachers[1]}", "num_envs=16",
                                        "total_steps=1600", "log.eval_every=0", "distill.warmup_steps=320",
                                        "distill.beta_steps=800", "seed=0"])
     _, summary = train(cfg, tmp_path / "student")
     assert summary["step"] == 1600
-    assert summary["eval/return"] >= _floors()["distill_target"], summary
+    assert summary["eval/return"] >= floors["distill_target"], summary

@@ -5,9 +5,7 @@ above the single learner's floor on the same per-member budget."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,13 +20,6 @@ from embodied.policies.export import ProgramModule, fold, program, run_numpy
 from embodied.train import build, train
 
 QUIET = ["log.progress=false", "log.tensorboard=false", "log.checkpoint_every=0"]
-
-
-def _floors() -> dict[str, float]:
-    spec = importlib.util.spec_from_file_location("floors", Path(__file__).parents[1] / "floors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FLOORS
 
 
 def _members() -> list[DeterministicActor]:
@@ -141,7 +132,7 @@ def test_members_in_processes_train_as_in_process(tmp_path):
     assert torch.equal(policies["true"].act(obs), policies["false"].act(obs))
 
 
-def test_td3_ensemble_learns_target_and_exports(tmp_path):
+def test_td3_ensemble_learns_target_and_exports(tmp_path, floors):
     """Two TD3 members, each on the single-learner test's budget (32 envs x 80 steps = 2560 env steps each); the
     run's policy (their mean) scores above the same floor, and exports with parity."""
     from embodied.hardware import export_run
@@ -151,7 +142,7 @@ def test_td3_ensemble_learns_target_and_exports(tmp_path):
     torch.set_num_threads(1)
     run_dir, summary = train(load_config("target", None, [*QUIET, *overrides]), tmp_path / "run")
     assert summary["step"] == 5120
-    assert summary["eval/return"] >= _floors()["td3_target"], summary
+    assert summary["eval/return"] >= floors["td3_target"], summary
     meta = export_run(run_dir, tmp_path / "bundle", "all")
     assert meta["parity"]["passed"], meta
     parity = json.loads((tmp_path / "bundle" / "parity.json").read_text())
@@ -167,11 +158,11 @@ def test_a_member_process_reports_a_bad_setting_as_one_line(tmp_path):
         build(cfg, tmp_path / "run")
 
 
-def test_ppo_ensemble_learns_target(tmp_path):
+def test_ppo_ensemble_learns_target(tmp_path, floors):
     """PPO members (their acting extras, log-probability and value, split and joined per member) on the single
     learner's test budget each (128 envs x 40 steps); the mean policy scores above the same floor."""
     overrides = ["algo=ppo", "ensemble=2", "num_envs=256", "total_steps=10240", "log.eval_every=0", "seed=0"]
     torch.set_num_threads(1)
     _, summary = train(load_config("target", None, [*QUIET, *overrides]), tmp_path / "run")
     assert summary["step"] == 10240
-    assert summary["eval/return"] >= _floors()["ppo_target"], summary
+    assert summary["eval/return"] >= floors["ppo_target"], summary
