@@ -69,7 +69,7 @@ class Distill(Algorithm):
         return cls(cfg, ctx, teacher)
 
     def __init__(self, cfg: DistillConfig, ctx: BuildContext, teacher: nn.Module):
-        self.cfg, self.device, self.num_envs = cfg, torch.device(ctx.device), ctx.num_envs
+        self.cfg, self.device = cfg, torch.device(ctx.device)
         self.teacher = teacher.to(self.device)
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         self.generator = torch.Generator(device=self.device)

@@ -31,13 +31,16 @@ def member_seed(seed: int, k: int) -> int:
 
 
 def _part(value: Any, k: int, size: int) -> Any:
-    """Member ``k``'s rows of a batched value: tensors (first axis), dicts of them, None."""
-    if value is None:
-        return None
+    """Member ``k``'s rows of a batched value: tensors (first axis), dicts of them, a ``Transition`` field by field;
+    None and strings (a transition's stream) as they are."""
+    if value is None or isinstance(value, str):
+        return value
     if isinstance(value, torch.Tensor):
         return value[k * size:(k + 1) * size]
     if isinstance(value, Mapping):
         return {key: _part(v, k, size) for key, v in value.items()}
+    if isinstance(value, Transition):
+        return Transition(**{f: _part(getattr(value, f), k, size) for f in value.__dataclass_fields__})
     raise TypeError(f"cannot split a {type(value).__name__} over ensemble members")
 
 
@@ -55,7 +58,7 @@ class EnsembleAlgorithm(Algorithm):
         self._actor: EnsembleActor | None = None  # the last one handed out (a warm start loads into it)
 
     @classmethod
-    def build_members(cls, algo_name: str, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, k: int,
+    def build_members(cls, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, k: int,
                       processes: bool = True) -> EnsembleAlgorithm:
         """``processes``: each member in a spawned process (CPU learners only); else all in this one."""
         if k < 1 or ctx.num_envs % k:
@@ -67,7 +70,7 @@ class EnsembleAlgorithm(Algorithm):
                                     total_steps=ctx.total_steps // k) for i in range(k)]
         if not processes or ctx.device.type != "cpu":
             return cls([algo_cls.build(cfg, sub) for sub in subs])
-        members = [RemoteLearner(algo_name, algo_cls, cfg, sub, f"ensemble member {i}") for i, sub in enumerate(subs)]
+        members = [RemoteLearner(algo_cls, cfg, sub, f"ensemble member {i}") for i, sub in enumerate(subs)]
         try:
             for m in members:
                 m.wait_ready()
@@ -107,11 +110,7 @@ class EnsembleAlgorithm(Algorithm):
     def observe(self, tr: Transition) -> None:
         n = self._size(tr.reward.shape[0])
         for k, m in enumerate(self.members):
-            m.observe(Transition(
-                obs=_part(tr.obs, k, n), action=_part(tr.action, k, n), reward=_part(tr.reward, k, n),
-                terminated=_part(tr.terminated, k, n), truncated=_part(tr.truncated, k, n),
-                next_obs=_part(tr.next_obs, k, n), extras=_part(tr.extras, k, n), fresh=_part(tr.fresh, k, n),
-                faulted=_part(tr.faulted, k, n), stream=tr.stream, outcome=_part(tr.outcome, k, n)))
+            m.observe(_part(tr, k, n))
 
     def update(self) -> dict[str, float]:
         """Every member's update (remote members: started, their previous metrics returned); metrics are the

@@ -44,14 +44,12 @@ def _torch(value: Any) -> Any:
     return value
 
 
-def _serve(conn, algo_name: str, cfg: Any, ctx: BuildContext) -> None:
+def _serve(conn, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext) -> None:
     torch.set_num_threads(1)
     try:
-        import embodied.algos  # noqa: F401  (registers algorithms)
-        from embodied.core.registry import ALGOS
         from embodied.policies import policy_spec
 
-        algo = ALGOS.get(algo_name).build(cfg, ctx)
+        algo = algo_cls.build(cfg, ctx)
         conn.send(("ok", {"rollout_length": algo.rollout_length}))
         while True:
             cmd, arg = conn.recv()
@@ -92,11 +90,12 @@ def _serve(conn, algo_name: str, cfg: Any, ctx: BuildContext) -> None:
 class RemoteLearner(Algorithm):
     """The verbs of a learner that lives in a spawned process (``_serve``)."""
 
-    def __init__(self, algo_name: str, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, name: str):
+    def __init__(self, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, name: str):
+        """``algo_cls`` reaches the member's process by reference (a registered algorithm is a module-level class)."""
         self.paradigm, self.episodic, self.name = algo_cls.paradigm, algo_cls.episodic, name
         context = mp.get_context("spawn")
         self._conn, child = context.Pipe()
-        self._proc = context.Process(target=_serve, args=(child, algo_name, cfg, ctx), daemon=True,
+        self._proc = context.Process(target=_serve, args=(child, algo_cls, cfg, ctx), daemon=True,
                                      name=name)
         self._proc.start()
         child.close()
