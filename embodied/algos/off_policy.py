@@ -84,6 +84,7 @@ class OffPolicyAlgorithm(Algorithm):
                  device: torch.device, seed: int, total_steps: int | None = None,
                  symmetry: SymmetryGroup | None = None):
         self.cfg, self.device, self.num_envs = cfg, torch.device(device), num_envs
+        self.policy_cfg = policy
         if not isinstance(action_space, gym.spaces.Box):
             raise UserError(f"{type(self).__name__.lower()} needs continuous (Box) actions, the task has "
                             f"{type(action_space).__name__}; use algo=ppo")

@@ -1,0 +1,184 @@
+"""TD3's gradient step on the numba kernel (``embodied/kernels/td3_numba.py``): what it supports, and the flat
+buffers it writes. The torch step (``TD3._gradient_step``) is the reference and the fallback.
+
+The kernel works on flat float32 vectors; the learner's torch parameters, target networks and Adam moments
+are pointed at views of them once, at build, so everything that reads the torch modules (acting, evaluation,
+checkpoints, export, ``load_state_dict``'s in-place copies) sees the kernel's writes, and the kernel sees
+theirs. Its random numbers come from a splitmix64 state of its own, checkpointed with the learner."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.autograd.graph import increment_version
+
+from embodied.core.errors import UserError
+from embodied.kernels import td3_numba as K
+from embodied.policies.networks import GroupMLP
+
+KERNELS = ("auto", "numba", "torch")
+
+
+def unsupported(algo) -> str | None:
+    """Why the kernel cannot run this learner's step (None: it can)."""
+    if algo.device.type != "cpu":
+        return "it runs on CPU learners only"
+    if algo.policy_cfg.activation not in ("relu", "tanh"):
+        return f"activation {algo.policy_cfg.activation!r} (it has relu and tanh)"
+    if not (isinstance(algo.pi.normalizer, nn.Identity) and isinstance(algo.q.normalizer, nn.Identity)):
+        return "observation normalization"
+    if algo.cfg.average_tau is not None:
+        return "an averaged actor at its own rate (average_tau)"
+    if not (isinstance(algo.pi.net, GroupMLP) or _plain_layers(algo.pi.net) is not None):
+        return "this actor network"
+    return None
+
+
+def _plain_layers(net: nn.Module) -> list[nn.Linear] | None:
+    """The linear layers of an ``mlp`` (Linear, activation, ..., Linear), or None for anything else."""
+    if not isinstance(net, nn.Sequential):
+        return None
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    others = [m for m in net if not isinstance(m, nn.Linear)]
+    if len(linears) != len(others) + 1 or any(not isinstance(m, (nn.ReLU, nn.Tanh)) for m in others):
+        return None
+    return linears
+
+
+def _flatten(params: list[nn.Parameter]) -> torch.Tensor:
+    """One flat tensor holding ``params``, which become views of it (values kept)."""
+    flat = torch.cat([p.detach().reshape(-1) for p in params]).contiguous()
+    start = 0
+    for p in params:
+        p.data = flat[start:start + p.numel()].view_as(p)
+        start += p.numel()
+    return flat
+
+
+def _flatten_list(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    flat = torch.cat([t.reshape(-1) for t in tensors]).contiguous()
+    views, start = [], 0
+    for t in tensors:
+        views.append(flat[start:start + t.numel()].view_as(t))
+        start += t.numel()
+    return flat, views
+
+
+def _actor_layout(net: nn.Module) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(index, sign, dims, G)``: the actor as ``assembled = flat[index] * sign`` (td3_numba's layout)."""
+    if isinstance(net, GroupMLP):
+        dims = [net.lift.in_features, *(net.lift.out_features * net.num for _ in range(len(net.weights) + 1)),
+                net.out.out_features]
+        return (net.gather_index.numpy().astype(np.int64), net.gather_sign.numpy().astype(np.float32),
+                np.array(dims, dtype=np.int64), net.num)
+    linears = _plain_layers(net)
+    offsets, start = {}, 0
+    for p in net.parameters():
+        offsets[id(p)] = start
+        start += p.numel()
+    index = []
+    for lin in linears[:-1]:
+        index += [offsets[id(lin.bias)] + np.arange(lin.bias.numel()), offsets[id(lin.weight)] + np.arange(
+            lin.weight.numel())]
+    last = linears[-1]
+    index += [offsets[id(last.weight)] + np.arange(last.weight.numel()), offsets[id(last.bias)] + np.arange(
+        last.bias.numel())]
+    index = np.concatenate(index).astype(np.int64)
+    dims = [linears[0].in_features, *(lin.out_features for lin in linears)]
+    return index, np.ones(index.shape[0], dtype=np.float32), np.array(dims, dtype=np.int64), 1
+
+
+class FusedStep:
+    """The kernel's view of one TD3 learner (built once, after the learner's networks and optimizer)."""
+
+    def __init__(self, algo, seed: int):
+        import scipy.linalg.cython_blas  # noqa: F401  (loads the BLAS that numba's matmuls call, so it can be sized)
+        from threadpoolctl import threadpool_limits
+
+        # the kernel's matmuls run on as many threads as torch's ops (torch_threads): OpenBLAS would otherwise
+        # take every core for them, beside the collector
+        threadpool_limits(torch.get_num_threads(), user_api="blas")
+        self.algo = algo
+        q_params, pi_params = algo.opt.groups[0]["params"], algo.opt.groups[1]["params"]
+        if len(algo.opt.groups) != 2:
+            raise UserError("td3.kernel=numba updates a critic and an actor group only")
+        self.flat = {
+            "qf": _flatten(q_params), "qt": _flatten(algo._qt_params),
+            "pf": _flatten(pi_params), "pt": _flatten(algo._pit_params),
+        }
+        opt = algo.opt
+        for i, (m, v) in enumerate((("qm", "qv"), ("pm", "pv"))):
+            self.flat[m], opt.exp_avg[i] = _flatten_list(opt.exp_avg[i])
+            self.flat[v], opt.exp_avg_sq[i] = _flatten_list(opt.exp_avg_sq[i])
+            steps, opt.steps[i] = _flatten_list([t.reshape(1) for t in opt.steps[i]])
+            opt.steps[i] = [t.view(()) for t in opt.steps[i]]
+            self.flat["q_steps" if i == 0 else "pi_steps"] = steps
+        # critic layout: W_l [2, in, out], b_l [2, 1, out] in parameter order
+        dims, w_off, b_off, start = [], [], [], 0
+        for layer in algo.q.net.layers:
+            w_off.append(start)
+            start += layer.weight.numel()
+            b_off.append(start)
+            start += layer.bias.numel()
+            dims.append(layer.weight.shape[1])
+        dims.append(algo.q.net.layers[-1].weight.shape[2])
+        self.q_w, self.q_b = np.array(w_off, dtype=np.int64), np.array(b_off, dtype=np.int64)
+        self.q_dims = np.array(dims, dtype=np.int64)
+        self.p_index, self.p_sign, self.p_dims, self.p_groups = _actor_layout(algo.pi.net)
+        sl = algo.buffer.slices
+        self.cols = np.array([sl[k].start for k in ("obs", "cobs", "action", "reward", "discount", "next_obs",
+                                                    "next_cobs")], dtype=np.int64)
+        self.dims3 = np.array(algo._head_dims, dtype=np.int64)
+        cfg = algo.cfg
+        self.hp = np.array([cfg.gamma, cfg.target_noise, cfg.target_noise_clip, cfg.lr_critic, cfg.lr_actor,
+                            opt.groups[0]["weight_decay"], opt.groups[1]["weight_decay"], *opt.betas, opt.eps,
+                            -1.0 if cfg.max_grad_norm is None else cfg.max_grad_norm, cfg.tau], dtype=np.float64)
+        self.ln = bool(algo.policy_cfg.critic_layer_norm)
+        self.kind = K.RELU if algo.policy_cfg.activation == "relu" else K.TANH
+        self.rng = np.array([(seed * 0x9E3779B97F4A7C15 + 0x5DEECE66D) % 2**64], dtype=np.uint64)
+        b, a = cfg.batch_size, algo.act_dim
+        self.idx, self.g = np.empty(b, dtype=np.int64), np.empty(b, dtype=np.int64)
+        self.eps = np.empty((b, a), dtype=np.float32)
+        self.metrics = np.zeros(3, dtype=np.float32)
+        self._aug: tuple[np.ndarray, np.ndarray] | None = None
+        self.q_params, self.pi_params = q_params, pi_params
+
+    def draw(self) -> None:
+        algo = self.algo
+        groups = algo.symmetry.size if algo.cfg.symmetry_augmentation else 1
+        K.td3_draw(self.rng, algo.buffer.size, self.idx.shape[0], groups, algo.act_dim, self.idx, self.g, self.eps)
+
+    def augmentation(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._aug is None:
+            if self.algo.cfg.symmetry_augmentation:
+                index, sign = self.algo._buffer_row_symmetry()
+                self._aug = (index.numpy().astype(np.int64), sign.numpy().astype(np.float32))
+            else:
+                self._aug = (np.zeros((0, 1), dtype=np.int64), np.zeros((0, 1), dtype=np.float32))
+        return self._aug
+
+    def step(self, actor_step: bool, delayed: bool) -> dict[str, torch.Tensor]:
+        """The gradient step on the rows drawn last (``draw``)."""
+        algo = self.algo
+        # numpy views taken afresh: a storage may have moved since (sending a tensor through a torch
+        # multiprocessing pipe moves its storage to shared memory in place, which an older view would outlive)
+        f = {k: t.numpy() for k, t in self.flat.items()}
+        aug_index, aug_sign = self.augmentation()
+        K.td3_update(algo.buffer.storage.numpy(), self.cols, self.dims3, aug_index, aug_sign, self.idx, self.g,
+                     self.eps, f["qf"], f["qt"], f["qm"], f["qv"], f["q_steps"], self.q_w, self.q_b, self.q_dims,
+                     f["pf"], f["pt"], f["pm"], f["pv"], f["pi_steps"], self.p_index, self.p_sign, self.p_dims,
+                     self.p_groups, self.hp, self.ln, self.kind, actor_step, delayed, self.metrics)
+        # the writes bypassed the parameters' version counters: bumped, as FusedAdam does, so what is keyed on
+        # them (GroupMLP's assembled weights for acting and for the target actor) sees the change
+        increment_version(self.q_params)
+        if actor_step:
+            increment_version(self.pi_params)
+        if delayed:
+            increment_version(algo._qt_params)
+            increment_version(algo._pit_params)
+        m = torch.from_numpy(self.metrics.copy())
+        out = {"td3/critic_loss": m[0], "td3/q_mean": m[1]}
+        if actor_step:
+            out["td3/actor_loss"] = m[2]
+        return out

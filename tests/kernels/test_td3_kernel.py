@@ -1,0 +1,88 @@
+"""The numba TD3 step (embodied/kernels/td3_numba.py) against the torch step it replaces, given the same draws."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from embodied.config import load_config
+from embodied.core.errors import UserError
+from embodied.train import build
+
+
+def _learner(tmp: Path, name: str, overrides: list[str]):
+    runner = build(load_config("quadrotor-hover", overrides=["num_envs=4", "td3.warmup_steps=300",
+                                                              "td3.batch_size=64", *overrides]), tmp / name)
+    runner.start()
+    return runner
+
+
+def _replay(algo, idx, g, eps):
+    """The torch learner's next step draws these rows, group elements and target noise."""
+    def sample():
+        rows = algo.buffer.storage.index_select(0, idx)
+        if algo.cfg.symmetry_augmentation:
+            index, sign = algo._buffer_row_symmetry()
+            rows = rows.gather(1, index[g]) * sign[g]
+        out = {k: rows[:, s] for k, s in algo.buffer.slices.items()}
+        return {**out, "reward": out["reward"].squeeze(1), "discount": out["discount"].squeeze(1)}
+    algo._sample = sample
+    algo._target_noise = lambda shape: eps.clone()
+
+
+def _state(algo) -> dict[str, torch.Tensor]:
+    nets = {"q": algo.q, "q_target": algo.q_target, "pi": algo.pi, "pi_target": algo.pi_target}
+    out = {f"{n}.{k}": v for n, m in nets.items() for k, v in m.state_dict().items()}
+    for i, (ms, vs) in enumerate(zip(algo.opt.exp_avg, algo.opt.exp_avg_sq)):
+        out.update({f"m{i}.{j}": t for j, t in enumerate(ms)})
+        out.update({f"v{i}.{j}": t for j, t in enumerate(vs)})
+        out[f"steps{i}"] = torch.stack(list(algo.opt.steps[i]))
+    return out
+
+
+@pytest.mark.parametrize("overrides", [
+    [],  # quadrotor-hover's learner: equivariant actor, LayerNorm critics, symmetry-augmented rows
+    ["policy.symmetrize=false", "td3.symmetry_augmentation=false", "policy.critic_layer_norm=false",
+     "policy.activation=tanh", "td3.max_grad_norm=null", "policy.actor_hidden=[32,16,8]"],
+], ids=["hover", "plain-tanh"])
+def test_numba_step_matches_the_torch_step(tmp_path, overrides):
+    fast = _learner(tmp_path, "fast", ["td3.kernel=numba", *overrides])
+    ref = _learner(tmp_path, "ref", ["td3.kernel=torch", *overrides])
+    a, b = fast.algo, ref.algo
+    assert a._fused is not None and b._fused is None
+    while a.buffer.size < 400:
+        fast.collect()
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # targets away from the online networks, so mixing them up shows
+        for p in [*a.q_target.parameters(), *a.pi_target.parameters()]:
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    b.load_state_dict(a.state_dict())
+    a.num_updates = b.num_updates = 0
+    for step in range(6):  # critic-only and actor + delayed-target steps, Adam's early steps
+        ma = a._gradient_step()
+        f = a._fused
+        _replay(b, torch.from_numpy(f.idx.copy()), torch.from_numpy(f.g.copy()), torch.from_numpy(f.eps.copy()))
+        mb = b._gradient_step()
+        assert ma.keys() == mb.keys()
+        for k in ma:
+            assert float(ma[k]) == pytest.approx(float(mb[k]), rel=2e-5, abs=1e-6), (step, k)
+        sa, sb = _state(a), _state(b)
+        for k in sa:
+            torch.testing.assert_close(sa[k], sb[k], rtol=1e-4, atol=2e-6,
+                                       msg=lambda m, s=step, k=k: f"step {s} {k}: {m}")
+    # the torch modules see the kernel's writes: acting and the target actor read the new weights
+    x = torch.randn(5, a._head_dims[0])
+    torch.testing.assert_close(a.pi.act(x), b.pi.act(x), rtol=1e-4, atol=2e-6)
+    torch.testing.assert_close(a.actor()(x), b.actor()(x), rtol=1e-4, atol=2e-6)
+    for r in (fast, ref):
+        r.collector.close()
+
+
+def test_kernel_choice_errors(tmp_path):
+    with pytest.raises(UserError, match="td3.kernel"):
+        _learner(tmp_path, "bad", ["td3.kernel=cuda"])
+    with pytest.raises(UserError, match="observation normalization"):
+        _learner(tmp_path, "norm", ["td3.kernel=numba", "policy.obs_normalization=true"])
+    assert _learner(tmp_path, "auto", ["policy.obs_normalization=true"]).algo._fused is None  # auto: torch
