@@ -310,20 +310,16 @@ def _lerp(target, source, tau):
 
 # ---- the step ----------------------------------------------------------------------------------
 @nb.njit(cache=True)
-def td3_update(storage, cols, dims3, aug_index, aug_sign, idx, g, eps,
-               qf, qt, qm, qv, q_steps, q_w, q_b, q_dims,
-               pf, pt, pm, pv, pi_steps, p_index, p_sign, p_dims, p_groups,
-               hp, ln, kind, actor_step, delayed, metrics):
-    """One TD3 gradient step on the rows ``idx`` (each under group element ``g``) with target noise ``eps``
-    (N(0, 1), scaled and clipped here). ``cols``: the storage columns of obs, cobs, action, reward, discount,
-    next_obs, next_cobs; ``dims3``: obs, cobs and action widths. Writes the critics (and on ``actor_step`` the
-    actor), their Adam moments and step counts, on ``delayed`` the targets; ``metrics`` <- critic loss, mean Q,
-    actor loss."""
-    batch = idx.shape[0]
+def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
+               qf, qt, q_w, q_b, q_dims, pf_asm, pt_asm, p_index, p_sign, p_dims, p_groups,
+               hp, ln, kind, actor_step, qg, pg, stats):
+    """The loss gradients of the rows ``idx`` (a part of a batch of ``batch`` rows: the losses are means over the
+    whole batch) added into ``qg`` / ``pg``; ``stats`` <- this part's critic loss, sum of Q, actor loss."""
+    n = idx.shape[0]
     width = storage.shape[1]
     od, cd, ad = dims3[0], dims3[1], dims3[2]
-    rows = np.empty((batch, width), dtype=np.float32)
-    for b in range(batch):
+    rows = np.empty((n, width), dtype=np.float32)
+    for b in range(n):
         r = storage[idx[b]]
         if aug_index.shape[0] > 0:
             gi, gs = aug_index[g[b]], aug_sign[g[b]]
@@ -333,56 +329,83 @@ def td3_update(storage, cols, dims3, aug_index, aug_sign, idx, g, eps,
             rows[b] = r
     obs = np.ascontiguousarray(rows[:, cols[0]: cols[0] + od])
     next_obs = np.ascontiguousarray(rows[:, cols[5]: cols[5] + od])
-    x = np.empty((batch, cd + ad), dtype=np.float32)  # [cobs, action]
-    xt = np.empty((batch, cd + ad), dtype=np.float32)  # [next_cobs, next action]
+    x = np.empty((n, cd + ad), dtype=np.float32)  # [cobs, action]
+    xt = np.empty((n, cd + ad), dtype=np.float32)  # [next_cobs, next action]
     x[:, :cd] = rows[:, cols[1]: cols[1] + cd]
     x[:, cd:] = rows[:, cols[2]: cols[2] + ad]
     xt[:, :cd] = rows[:, cols[6]: cols[6] + cd]
 
     # target: y = r + d min_j Q'_j(s', clip(pi'(s') + clip(eps s~, -c, c), -1, 1))
     noise, clip = np.float32(hp[TARGET_NOISE]), np.float32(hp[NOISE_CLIP])
-    mu, _ = actor_forward(assemble(pt, p_index, p_sign), p_dims, p_groups, next_obs, kind)
-    for b in range(batch):
+    mu, _ = actor_forward(pt_asm, p_dims, p_groups, next_obs, kind)
+    for b in range(n):
         for j in range(ad):
-            n = min(max(eps[b, j] * noise, -clip), clip)
-            xt[b, cd + j] = min(max(mu[b, j] + n, np.float32(-1.0)), np.float32(1.0))
+            e = min(max(eps[b, j] * noise, -clip), clip)
+            xt[b, cd + j] = min(max(mu[b, j] + e, np.float32(-1.0)), np.float32(1.0))
     y, _ = critic_forward(qt, q_w, q_b, q_dims, 0, xt, ln, kind)
     y1, _ = critic_forward(qt, q_w, q_b, q_dims, 1, xt, ln, kind)
-    for b in range(batch):
+    for b in range(n):
         y[b] = rows[b, cols[3]] + rows[b, cols[4]] * min(y[b], y1[b])
 
     # critics: L = 1/2 sum_j mean_b (Q_j - y)^2
-    qg = np.zeros(qf.shape[0], dtype=np.float32)
     loss, qsum = 0.0, 0.0
     for e in range(2):
         q, cache = critic_forward(qf, q_w, q_b, q_dims, e, x, ln, kind)
-        dq = np.empty(batch, dtype=np.float32)
-        for b in range(batch):
+        dq = np.empty(n, dtype=np.float32)
+        for b in range(n):
             diff = q[b] - y[b]
             loss += 0.5 * diff * diff / batch
             qsum += q[b]
             dq[b] = diff / batch
         critic_backward(qf, qg, q_w, q_b, q_dims, e, dq, ln, kind, cache, True)
-    metrics[0] = loss
-    metrics[1] = qsum / (2 * batch)
+    stats[0] = loss
+    stats[1] = qsum
 
     # actor: L = -mean_b Q_1(s, pi(s)), the critic's parameters held constant
     if actor_step:
-        pg = np.zeros(pf.shape[0], dtype=np.float32)
-        pf_asm = assemble(pf, p_index, p_sign)
         a, ahs = actor_forward(pf_asm, p_dims, p_groups, obs, kind)
-        xa = x.copy()
-        xa[:, cd:] = a
-        q1, cache = critic_forward(qf, q_w, q_b, q_dims, 0, xa, ln, kind)
-        metrics[2] = -q1.mean()
-        dq = np.full(batch, -1.0 / batch, dtype=np.float32)
+        x[:, cd:] = a
+        q1, cache = critic_forward(qf, q_w, q_b, q_dims, 0, x, ln, kind)
+        stats[2] = -q1.sum() / batch
+        dq = np.full(n, -1.0 / batch, dtype=np.float32)
         dx = critic_backward(qf, qg, q_w, q_b, q_dims, 0, dq, ln, kind, cache, False)
         da = np.ascontiguousarray(dx[:, cd:])
         actor_backward(pf_asm, p_dims, p_groups, p_index, p_sign, pg, da, kind, ahs)
-        _clip(pg, hp[MAX_NORM])
+
+
+@nb.njit(parallel=True, cache=True)
+def td3_update(storage, cols, dims3, aug_index, aug_sign, idx, g, eps,
+               qf, qt, qm, qv, q_steps, q_w, q_b, q_dims,
+               pf, pt, pm, pv, pi_steps, p_index, p_sign, p_dims, p_groups,
+               hp, ln, kind, actor_step, delayed, parts, metrics):
+    """One TD3 gradient step on the rows ``idx`` (each under group element ``g``) with target noise ``eps``
+    (N(0, 1), scaled and clipped here). ``cols``: the storage columns of obs, cobs, action, reward, discount,
+    next_obs, next_cobs; ``dims3``: obs, cobs and action widths. Writes the critics (and on ``actor_step`` the
+    actor), their Adam moments and step counts, on ``delayed`` the targets; ``metrics`` <- critic loss, mean Q,
+    actor loss. The batch's gradients are computed in ``parts`` consecutive slices of rows, in parallel (numba's
+    threads), and summed in slice order."""
+    batch = idx.shape[0]
+    qgs = np.zeros((parts, qf.shape[0]), dtype=np.float32)
+    pgs = np.zeros((parts, pf.shape[0]), dtype=np.float32)
+    stats = np.zeros((parts, 3), dtype=np.float64)
+    pt_asm = assemble(pt, p_index, p_sign)
+    pf_asm = assemble(pf, p_index, p_sign) if actor_step else pt_asm
+    for k in nb.prange(parts):
+        lo, hi = k * batch // parts, (k + 1) * batch // parts
+        _gradients(storage, cols, dims3, aug_index, aug_sign, idx[lo:hi], g[lo:hi], eps[lo:hi], batch,
+                   qf, qt, q_w, q_b, q_dims, pf_asm, pt_asm, p_index, p_sign, p_dims, p_groups,
+                   hp, ln, kind, actor_step, qgs[k], pgs[k], stats[k])
+    qg, pg = qgs[0], pgs[0]
+    for k in range(1, parts):
+        qg += qgs[k]
+        pg += pgs[k]
+    metrics[0] = stats[:, 0].sum()
+    metrics[1] = stats[:, 1].sum() / (2 * batch)
+    metrics[2] = stats[:, 2].sum()
     _clip(qg, hp[MAX_NORM])
     _adam(qf, qg, qm, qv, q_steps, hp[LR_Q], hp[WD_Q], hp[BETA1], hp[BETA2], hp[EPS])
     if actor_step:
+        _clip(pg, hp[MAX_NORM])
         _adam(pf, pg, pm, pv, pi_steps, hp[LR_PI], hp[WD_PI], hp[BETA1], hp[BETA2], hp[EPS])
     if delayed:
         _lerp(qt, qf, hp[TAU])

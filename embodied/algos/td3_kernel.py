@@ -93,12 +93,15 @@ class FusedStep:
     """The kernel's view of one TD3 learner (built once, after the learner's networks and optimizer)."""
 
     def __init__(self, algo, seed: int):
+        import numba
         import scipy.linalg.cython_blas  # noqa: F401  (loads the BLAS that numba's matmuls call, so it can be sized)
         from threadpoolctl import threadpool_limits
 
-        # the kernel's matmuls run on as many threads as torch's ops (torch_threads): OpenBLAS would otherwise
-        # take every core for them, beside the collector
-        threadpool_limits(torch.get_num_threads(), user_api="blas")
+        # the step runs on as many threads as torch's ops may (torch_threads), each on its slice of the batch with
+        # a one-thread BLAS: OpenBLAS would otherwise start threads of its own for every matmul
+        self.parts = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(self.parts)
+        threadpool_limits(1, user_api="blas")
         self.algo = algo
         q_params, pi_params = algo.opt.groups[0]["params"], algo.opt.groups[1]["params"]
         if len(algo.opt.groups) != 2:
@@ -168,7 +171,7 @@ class FusedStep:
         K.td3_update(algo.buffer.storage.numpy(), self.cols, self.dims3, aug_index, aug_sign, self.idx, self.g,
                      self.eps, f["qf"], f["qt"], f["qm"], f["qv"], f["q_steps"], self.q_w, self.q_b, self.q_dims,
                      f["pf"], f["pt"], f["pm"], f["pv"], f["pi_steps"], self.p_index, self.p_sign, self.p_dims,
-                     self.p_groups, self.hp, self.ln, self.kind, actor_step, delayed, self.metrics)
+                     self.p_groups, self.hp, self.ln, self.kind, actor_step, delayed, self.parts, self.metrics)
         # the writes bypassed the parameters' version counters: bumped, as FusedAdam does, so what is keyed on
         # them (GroupMLP's assembled weights for acting and for the target actor) sees the change
         increment_version(self.q_params)

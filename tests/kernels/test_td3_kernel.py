@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numba
 import pytest
 import torch
 
@@ -43,15 +44,19 @@ def _state(algo) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("overrides", [
-    [],  # quadrotor-hover's learner: equivariant actor, LayerNorm critics, symmetry-augmented rows
+    # quadrotor-hover's learner: equivariant actor, LayerNorm critics, symmetry-augmented rows; the batch's
+    # gradients in two slices on two threads
+    [],
+    ["torch_threads=1"],  # one slice
     ["policy.symmetrize=false", "td3.symmetry_augmentation=false", "policy.critic_layer_norm=false",
      "policy.activation=tanh", "td3.max_grad_norm=null", "policy.actor_hidden=[32,16,8]"],
-], ids=["hover", "plain-tanh"])
+], ids=["hover", "hover-one-thread", "plain-tanh"])
 def test_numba_step_matches_the_torch_step(tmp_path, overrides):
     fast = _learner(tmp_path, "fast", ["td3.kernel=numba", *overrides])
     ref = _learner(tmp_path, "ref", ["td3.kernel=torch", *overrides])
     a, b = fast.algo, ref.algo
     assert a._fused is not None and b._fused is None
+    assert a._fused.parts == (1 if "torch_threads=1" in overrides else min(2, numba.config.NUMBA_NUM_THREADS))
     while a.buffer.size < 400:
         fast.collect()
     gen = torch.Generator().manual_seed(3)
