@@ -264,6 +264,13 @@ def actor_backward(assembled, dims, groups, index, sign, grad, da, kind, hs):
 
 
 @nb.njit(cache=True)
+def actor_act(assembled, dims, groups, x, kind):
+    """The actor's action on ``x`` (acting: no cache kept for a backward)."""
+    a, _ = actor_forward(assembled, dims, groups, x, kind)
+    return a
+
+
+@nb.njit(cache=True)
 def assemble(flat, index, sign):
     out = np.empty(index.shape[0], dtype=np.float32)
     for k in range(index.shape[0]):

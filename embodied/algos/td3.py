@@ -96,7 +96,7 @@ class TD3(OffPolicyAlgorithm):
         self.noise_std = torch.where(envs[:, None], lo + (hi - lo) * u, self.noise_std)
 
     def _explore(self, obs: torch.Tensor) -> torch.Tensor:
-        a = self.pi.act(obs)
+        a = self._fused.act(obs) if self._fused is not None else self.pi.act(obs)
         # per-env noise scales belong to the run's own envs; another collector's (a model's rollouts) get the base
         std = self.noise_std if obs.shape[0] == self.num_envs else self.cfg.exploration_noise
         noise = torch.randn(a.shape, generator=self.generator, device=self.device) * std

@@ -80,6 +80,11 @@ def test_numba_step_matches_the_torch_step(tmp_path, overrides):
     # the torch modules see the kernel's writes: acting and the target actor read the new weights
     x = torch.randn(5, a._head_dims[0])
     torch.testing.assert_close(a.pi.act(x), b.pi.act(x), rtol=1e-4, atol=2e-6)
+    torch.testing.assert_close(a._fused.act(x), a.pi.act(x), rtol=1e-5, atol=1e-6)  # exploration's kernel path
+    with torch.no_grad():
+        for p in a.pi.parameters():
+            p.mul_(0.5)  # weights written from outside (a warm start): the kernel's acting copy follows
+    torch.testing.assert_close(a._fused.act(x), a.pi.act(x), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(a.actor()(x), b.actor()(x), rtol=1e-4, atol=2e-6)
     for r in (fast, ref):
         r.collector.close()
