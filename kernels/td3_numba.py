@@ -186,10 +186,73 @@ def critic_backward(flat, grad, q_w, q_b, dims, e, dq, ln, kind, cache, want_par
 
 
 # ---- actor -------------------------------------------------------------------------------------
+@nb.njit(fastmath=True, cache=True)
+def _spectral(u, chi, scale):
+    """``[B, G c] -> [G, B, c]``: ``out[k] = scale sum_g chi[k, g] u[:, g c:(g + 1) c]`` (the group's Fourier transform
+    of the G copies, for a group whose characters are real: +-1)."""
+    n_g = chi.shape[0]
+    c = u.shape[1] // n_g
+    out = np.zeros((n_g, u.shape[0], c), dtype=np.float32)
+    for k in range(n_g):
+        for g in range(n_g):
+            w = np.float32(chi[k, g] * scale)
+            for i in range(u.shape[0]):
+                for j in range(c):
+                    out[k, i, j] += w * u[i, g * c + j]
+    return out
+
+
+@nb.njit(fastmath=True, cache=True)
+def _spatial(v, chi, scale):
+    """``[G, B, c] -> [B, G c]``: ``out[:, g c:(g + 1) c] = scale sum_k chi[k, g] v[k]`` (the inverse transform)."""
+    n_g, rows, c = v.shape
+    out = np.zeros((rows, n_g * c), dtype=np.float32)
+    for g in range(n_g):
+        for k in range(n_g):
+            w = np.float32(chi[k, g] * scale)
+            for i in range(rows):
+                for j in range(c):
+                    out[i, g * c + j] += w * v[k, i, j]
+    return out
+
+
 @nb.njit(cache=True)
-def actor_forward(assembled, dims, groups, x, kind):
+def _blocks(w, chi_w):
+    """The hidden weight [G c_out, G c_in] (a group convolution) as its G Fourier blocks [G, c_out, c_in]:
+    ``W^_k = sum_g' chi_w[k, g'] W[0 block, g' block]``."""
+    n_g = chi_w.shape[0]
+    co, ci = w.shape[0] // n_g, w.shape[1] // n_g
+    out = np.zeros((n_g, co, ci), dtype=np.float32)
+    for k in range(n_g):
+        for gp in range(n_g):
+            c = np.float32(chi_w[k, gp])
+            for o in range(co):
+                for i in range(ci):
+                    out[k, o, i] += c * w[o, gp * ci + i]
+    return out
+
+
+@nb.njit(cache=True)
+def _hidden(h, w, chi, chi_w):
+    """``h @ w.T`` for a hidden layer: with G > 1 characters, in the group's Fourier basis (G matmuls of
+    [B, c_in] x [c_in, c_out] instead of one of [B, G c_in] x [G c_in, G c_out]: G times fewer FLOPs)."""
+    n_g = chi.shape[0]
+    if n_g == 1:
+        return h @ w.T
+    hh = _spectral(h, chi, 1.0)
+    wh = _blocks(w, chi_w)
+    zh = np.empty((n_g, h.shape[0], wh.shape[1]), dtype=np.float32)
+    for k in range(n_g):
+        zh[k] = hh[k] @ wh[k].T
+    return _spatial(zh, chi, 1.0 / n_g)
+
+
+@nb.njit(cache=True)
+def actor_forward(assembled, dims, groups, chi, chi_w, x, kind):
     """tanh(MLP(x)) with the assembled layout (module docstring) -> ``(action, hs)``: ``hs`` holds each layer's
-    input and the action, for ``actor_backward``."""
+    input and the action, for ``actor_backward``. ``chi`` [G, G]: the characters of the group whose convolutions
+    the hidden layers are (``chi[k, g]``, ``chi_w[k, g']`` that of the element in the weight's block (0, g')), or
+    ``[[1]]`` for dense hidden layers."""
     layers = dims.shape[0] - 1
     hs = [x]
     h = x
@@ -201,7 +264,7 @@ def actor_forward(assembled, dims, groups, x, kind):
             b = assembled[off: off + do]
             w = assembled[off + do: off + do + do * di].reshape((do, di))
             off += do + do * di
-            z = h @ w.T
+            z = h @ w.T if lay == 0 else _hidden(h, w, chi, chi_w)
             _add_bias(z, b)
             _act(z, kind)
         else:
@@ -221,10 +284,12 @@ def actor_forward(assembled, dims, groups, x, kind):
 
 
 @nb.njit(cache=True)
-def actor_backward(assembled, dims, groups, index, sign, grad, da, kind, hs):
+def actor_backward(assembled, dims, groups, chi, chi_w, index, sign, grad, da, kind, hs):
     """Backward of ``actor_forward`` from dL/da: the assembled entries' gradients scattered back to the flat
-    parameters (``grad[index[k]] += g[k] sign[k]``)."""
+    parameters (``grad[index[k]] += g[k] sign[k]``). A Fourier hidden layer's weight gradient goes to its
+    block row 0 (``dW[m] = sum_k chi(m) dW^_k``), which holds every shared weight once."""
     layers = dims.shape[0] - 1
+    n_g = chi.shape[0]
     g_asm = np.zeros(assembled.shape[0], dtype=np.float32)
     a = hs[layers]
     d = da.copy()
@@ -245,8 +310,7 @@ def actor_backward(assembled, dims, groups, index, sign, grad, da, kind, hs):
             b0, w0 = o, o + do
         else:
             w0, b0 = o, o + do * di
-        gw = d.T @ hs[lay]  # [out, in]
-        g_asm[w0: w0 + do * di] += gw.reshape(do * di)
+        w = assembled[w0: w0 + do * di].reshape((do, di))
         if lay < layers - 1:
             _col_sum(d, g_asm[b0: b0 + do])
         else:
@@ -255,8 +319,28 @@ def actor_backward(assembled, dims, groups, index, sign, grad, da, kind, hs):
             for k in range(groups):
                 for j in range(do):
                     g_asm[b0 + k * do + j] += gb[j] / groups
+        if n_g > 1 and 0 < lay < layers - 1:
+            # z^_k = h^_k W^_k^T with z = (1/G) spatial(z^): dz^_k = (1/G) sum_g chi[k, g] dz[g]
+            dzh = _spectral(d, chi, 1.0 / n_g)
+            hh = _spectral(hs[lay], chi, 1.0)
+            wh = _blocks(w, chi_w)
+            co, ci = do // n_g, di // n_g
+            gw = g_asm[w0: w0 + do * di].reshape((do, di))
+            dhh = np.empty((n_g, d.shape[0], ci), dtype=np.float32)
+            for k in range(n_g):
+                gwk = dzh[k].T @ hh[k]  # dW^_k [c_out, c_in]
+                for gp in range(n_g):
+                    c = np.float32(chi_w[k, gp])
+                    for r in range(co):
+                        for i in range(ci):
+                            gw[r, gp * ci + i] += c * gwk[r, i]
+                dhh[k] = dzh[k] @ wh[k]
+            d = _spatial(dhh, chi, 1.0)
+            _act_backward(d, hs[lay], kind)
+            continue
+        gw = d.T @ hs[lay]  # [out, in]
+        g_asm[w0: w0 + do * di] += gw.reshape(do * di)
         if lay > 0:
-            w = assembled[w0: w0 + do * di].reshape((do, di))
             d = d @ w
             _act_backward(d, hs[lay], kind)
     for k in range(index.shape[0]):
@@ -264,9 +348,9 @@ def actor_backward(assembled, dims, groups, index, sign, grad, da, kind, hs):
 
 
 @nb.njit(cache=True)
-def actor_act(assembled, dims, groups, x, kind):
+def actor_act(assembled, dims, groups, chi, chi_w, x, kind):
     """The actor's action on ``x`` (acting: no cache kept for a backward)."""
-    a, _ = actor_forward(assembled, dims, groups, x, kind)
+    a, _ = actor_forward(assembled, dims, groups, chi, chi_w, x, kind)
     return a
 
 
@@ -318,7 +402,7 @@ def _lerp(target, source, tau):
 # ---- the step ----------------------------------------------------------------------------------
 @nb.njit(cache=True)
 def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
-               qf, qt, q_w, q_b, q_dims, pf_asm, pt_asm, p_index, p_sign, p_dims, p_groups,
+               qf, qt, q_w, q_b, q_dims, pf_asm, pt_asm, p_index, p_sign, p_dims, p_groups, chi, chi_w,
                hp, ln, kind, actor_step, qg, pg, stats):
     """The loss gradients of the rows ``idx`` (a part of a batch of ``batch`` rows: the losses are means over the
     whole batch) added into ``qg`` / ``pg``; ``stats`` <- this part's critic loss, sum of Q, actor loss."""
@@ -344,7 +428,7 @@ def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
 
     # target: y = r + d min_j Q'_j(s', clip(pi'(s') + clip(eps s~, -c, c), -1, 1))
     noise, clip = np.float32(hp[TARGET_NOISE]), np.float32(hp[NOISE_CLIP])
-    mu, _ = actor_forward(pt_asm, p_dims, p_groups, next_obs, kind)
+    mu, _ = actor_forward(pt_asm, p_dims, p_groups, chi, chi_w, next_obs, kind)
     for b in range(n):
         for j in range(ad):
             e = min(max(eps[b, j] * noise, -clip), clip)
@@ -370,20 +454,20 @@ def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
 
     # actor: L = -mean_b Q_1(s, pi(s)), the critic's parameters held constant
     if actor_step:
-        a, ahs = actor_forward(pf_asm, p_dims, p_groups, obs, kind)
+        a, ahs = actor_forward(pf_asm, p_dims, p_groups, chi, chi_w, obs, kind)
         x[:, cd:] = a
         q1, cache = critic_forward(qf, q_w, q_b, q_dims, 0, x, ln, kind)
         stats[2] = -q1.sum() / batch
         dq = np.full(n, -1.0 / batch, dtype=np.float32)
         dx = critic_backward(qf, qg, q_w, q_b, q_dims, 0, dq, ln, kind, cache, False)
         da = np.ascontiguousarray(dx[:, cd:])
-        actor_backward(pf_asm, p_dims, p_groups, p_index, p_sign, pg, da, kind, ahs)
+        actor_backward(pf_asm, p_dims, p_groups, chi, chi_w, p_index, p_sign, pg, da, kind, ahs)
 
 
 @nb.njit(parallel=True, cache=True)
 def td3_update(storage, cols, dims3, aug_index, aug_sign, idx, g, eps,
                qf, qt, qm, qv, q_steps, q_w, q_b, q_dims,
-               pf, pt, pm, pv, pi_steps, p_index, p_sign, p_dims, p_groups,
+               pf, pt, pm, pv, pi_steps, p_index, p_sign, p_dims, p_groups, chi, chi_w,
                hp, ln, kind, actor_step, delayed, parts, metrics):
     """One TD3 gradient step on the rows ``idx`` (each under group element ``g``) with target noise ``eps``
     (N(0, 1), scaled and clipped here). ``cols``: the storage columns of obs, cobs, action, reward, discount,
@@ -400,7 +484,7 @@ def td3_update(storage, cols, dims3, aug_index, aug_sign, idx, g, eps,
     for k in nb.prange(parts):
         lo, hi = k * batch // parts, (k + 1) * batch // parts
         _gradients(storage, cols, dims3, aug_index, aug_sign, idx[lo:hi], g[lo:hi], eps[lo:hi], batch,
-                   qf, qt, q_w, q_b, q_dims, pf_asm, pt_asm, p_index, p_sign, p_dims, p_groups,
+                   qf, qt, q_w, q_b, q_dims, pf_asm, pt_asm, p_index, p_sign, p_dims, p_groups, chi, chi_w,
                    hp, ln, kind, actor_step, qgs[k], pgs[k], stats[k])
     qg, pg = qgs[0], pgs[0]
     for k in range(1, parts):

@@ -89,6 +89,30 @@ def _actor_layout(net: nn.Module) -> tuple[np.ndarray, np.ndarray, np.ndarray, i
     return index, np.ones(index.shape[0], dtype=np.float32), np.array(dims, dtype=np.int64), 1
 
 
+def characters(net: nn.Module) -> tuple[np.ndarray, np.ndarray]:
+    """``(chi, chi_w)``: the real (+-1) characters of the group a ``GroupMLP``'s hidden layers convolve over, by
+    element (``chi[k, g]``) and by the element in a hidden weight's block (0, g') (``chi_w[k, g']``), when there are
+    as many as the group has elements (an abelian group of involutions, e.g. the quadrotor's mirror group Z2 x Z2:
+    its hidden layers are then diagonal in that basis); ``[[1]]`` and ``[[1]]`` (dense layers) otherwise."""
+    dense = np.ones((1, 1), dtype=np.float32), np.ones((1, 1), dtype=np.float32)
+    if not isinstance(net, GroupMLP) or len(net.weights) == 0:
+        return dense
+    kernel = net.kernel.numpy()  # kernel[g, g'] = g' o g^-1
+    n = kernel.shape[0]
+    if n > 8:
+        return dense
+    chars = []
+    for bits in range(2 ** n):
+        chi = np.array([-1.0 if bits >> g & 1 else 1.0 for g in range(n)])
+        # a homomorphism to {+-1} is its own inverse: chi(g' o g^-1) = chi(g') chi(g)
+        if all(chi[kernel[g, gp]] == chi[gp] * chi[g] for g in range(n) for gp in range(n)):
+            chars.append(chi)
+    if len(chars) != n:
+        return dense
+    chi = np.array(chars, dtype=np.float32)
+    return chi, np.ascontiguousarray(chi[:, kernel[0]])
+
+
 class FusedStep:
     """The kernel's view of one TD3 learner (built once, after the learner's networks and optimizer)."""
 
@@ -129,6 +153,7 @@ class FusedStep:
         self.q_w, self.q_b = np.array(w_off, dtype=np.int64), np.array(b_off, dtype=np.int64)
         self.q_dims = np.array(dims, dtype=np.int64)
         self.p_index, self.p_sign, self.p_dims, self.p_groups = _actor_layout(algo.pi.net)
+        self.chi, self.chi_w = characters(algo.pi.net)
         sl = algo.buffer.slices
         self.cols = np.array([sl[k].start for k in ("obs", "cobs", "action", "reward", "discount", "next_obs",
                                                     "next_cobs")], dtype=np.int64)
@@ -158,7 +183,8 @@ class FusedStep:
             self._act_asm = K.assemble(self.flat["pf"].numpy(), self.p_index, self.p_sign)
             self._act_key = key
         x = np.ascontiguousarray(obs.numpy(), dtype=np.float32)
-        return torch.from_numpy(K.actor_act(self._act_asm, self.p_dims, self.p_groups, x, self.kind))
+        return torch.from_numpy(K.actor_act(self._act_asm, self.p_dims, self.p_groups, self.chi, self.chi_w, x,
+                                            self.kind))
 
     def draw(self) -> None:
         algo = self.algo
@@ -184,7 +210,8 @@ class FusedStep:
         K.td3_update(algo.buffer.storage.numpy(), self.cols, self.dims3, aug_index, aug_sign, self.idx, self.g,
                      self.eps, f["qf"], f["qt"], f["qm"], f["qv"], f["q_steps"], self.q_w, self.q_b, self.q_dims,
                      f["pf"], f["pt"], f["pm"], f["pv"], f["pi_steps"], self.p_index, self.p_sign, self.p_dims,
-                     self.p_groups, self.hp, self.ln, self.kind, actor_step, delayed, self.parts, self.metrics)
+                     self.p_groups, self.chi, self.chi_w, self.hp, self.ln, self.kind, actor_step, delayed, self.parts,
+                     self.metrics)
         # the writes bypassed the parameters' version counters: bumped, as FusedAdam does, so what is keyed on
         # them (GroupMLP's assembled weights for acting and for the target actor) sees the change
         increment_version(self.q_params)
