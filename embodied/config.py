@@ -96,8 +96,8 @@ class RunConfig:
     total_steps: int = 200_000  # env steps summed over the batch
     sim_device: str = "cpu"
     learner_device: str = "cpu"
-    # the learner's compute threads: torch's intra-op threads, and the slices of the batch the TD3 kernel computes
-    # in parallel; small torch networks run fastest (and steadiest) on one
+    # torch's intra-op threads (and the TD3 kernel's, unless td3.kernel_threads says otherwise); small torch networks
+    # run fastest (and steadiest) on one
     torch_threads: int = 1
     stop_success: float | None = None  # stop once periodic eval success >= this (None: never)
     # consecutive evaluations at or above stop_success that stop the run (None: 2 below 200 evaluation

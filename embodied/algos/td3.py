@@ -35,6 +35,8 @@ class TD3Config(OffPolicyConfig):
     # at the quadrotor's sizes), ``torch`` (the reference), ``auto`` (numba where it supports the learner: a CPU
     # learner, relu or tanh, no observation normalization; torch otherwise). The two draw different random numbers
     kernel: str = "auto"
+    # the numba step's threads, each on a slice of the batch (None: torch_threads)
+    kernel_threads: int | None = None
 
 
 class TD3(OffPolicyAlgorithm):

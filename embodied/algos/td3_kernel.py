@@ -121,9 +121,13 @@ class FusedStep:
         import scipy.linalg.cython_blas  # noqa: F401  (loads the BLAS that numba's matmuls call, so it can be sized)
         from threadpoolctl import threadpool_limits
 
-        # the step runs on as many threads as torch's ops may (torch_threads), each on its slice of the batch with
-        # a one-thread BLAS: OpenBLAS would otherwise start threads of its own for every matmul
-        self.parts = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+        # the step runs on ``kernel_threads`` threads (default: as many as torch's ops may use, torch_threads), each
+        # on its slice of the batch with a one-thread BLAS: OpenBLAS would otherwise start threads of its own for
+        # every matmul
+        threads = algo.cfg.kernel_threads or torch.get_num_threads()
+        if threads < 1:
+            raise UserError(f"td3.kernel_threads must be >= 1, got {threads}")
+        self.parts = min(threads, numba.config.NUMBA_NUM_THREADS)
         numba.set_num_threads(self.parts)
         threadpool_limits(1, user_api="blas")
         self.algo = algo

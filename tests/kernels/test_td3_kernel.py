@@ -47,7 +47,7 @@ def _state(algo) -> dict[str, torch.Tensor]:
     # quadrotor-hover's learner: equivariant actor, LayerNorm critics, symmetry-augmented rows; the batch's
     # gradients in two slices on two threads
     [],
-    ["torch_threads=1"],  # one slice
+    ["td3.kernel_threads=1"],  # one slice
     ["policy.symmetrize=false", "td3.symmetry_augmentation=false", "policy.critic_layer_norm=false",
      "policy.activation=tanh", "td3.max_grad_norm=null", "policy.actor_hidden=[32,16,8]"],
 ], ids=["hover", "hover-one-thread", "plain-tanh"])
@@ -56,7 +56,7 @@ def test_numba_step_matches_the_torch_step(tmp_path, overrides):
     ref = _learner(tmp_path, "ref", ["td3.kernel=torch", *overrides])
     a, b = fast.algo, ref.algo
     assert a._fused is not None and b._fused is None
-    assert a._fused.parts == (1 if "torch_threads=1" in overrides else min(2, numba.config.NUMBA_NUM_THREADS))
+    assert a._fused.parts == (1 if "td3.kernel_threads=1" in overrides else min(2, numba.config.NUMBA_NUM_THREADS))
     while a.buffer.size < 400:
         fast.collect()
     gen = torch.Generator().manual_seed(3)
@@ -93,6 +93,8 @@ def test_numba_step_matches_the_torch_step(tmp_path, overrides):
 def test_kernel_choice_errors(tmp_path):
     with pytest.raises(UserError, match="td3.kernel"):
         _learner(tmp_path, "bad", ["td3.kernel=cuda"])
+    with pytest.raises(UserError, match="td3.kernel_threads"):
+        _learner(tmp_path, "threads", ["td3.kernel_threads=-1"])
     with pytest.raises(UserError, match="observation normalization"):
         _learner(tmp_path, "norm", ["td3.kernel=numba", "policy.obs_normalization=true"])
     assert _learner(tmp_path, "auto", ["policy.obs_normalization=true"]).algo._fused is None  # auto: torch
