@@ -248,11 +248,8 @@ class OffPolicyAlgorithm(Algorithm):
         head, reward, discount, tail = self._nstep_for(tr.stream, tr.reward.shape[0]).push(
             torch.cat([tr.obs["policy"], critic_obs(tr.obs), tr.action], 1), tr.reward, tr.terminated,
             tr.truncated, torch.cat([tr.next_obs["policy"], critic_obs(tr.next_obs)], 1), tr.fresh)
-        if reward.shape[0]:
-            obs, cobs, action = head.split(self._head_dims, 1)
-            next_obs, next_cobs = tail.split(self._head_dims[:2], 1)
-            self.buffer.add(obs=obs, cobs=cobs, action=action, reward=reward, discount=discount,
-                            next_obs=next_obs, next_cobs=next_cobs)
+        if reward.shape[0]:  # the buffer's columns: obs | cobs | action (the head) | reward | discount | the tail
+            self.buffer.add_rows(torch.cat([head, reward[:, None], discount[:, None], tail], 1))
         n = tr.reward.shape[0]
         self.num_observed += n
         if self.num_observed >= self.cfg.warmup_steps and self.buffer.size >= self.cfg.batch_size:

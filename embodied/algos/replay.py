@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from embodied.core.errors import UserError
@@ -26,7 +27,11 @@ class ReplayBuffer:
 
     def add(self, **batch: torch.Tensor) -> None:
         n = batch["reward"].shape[0]
-        row = torch.cat([batch[k].reshape(n, -1) for k in self.slices], 1)
+        self.add_rows(torch.cat([batch[k].reshape(n, -1) for k in self.slices], 1))
+
+    def add_rows(self, row: torch.Tensor) -> None:
+        """Whole rows ``[n, width]``, their fields already in column order (``slices``)."""
+        n = row.shape[0]
         if n > self.capacity:  # only the newest `capacity` rows survive; keep the slot they would take
             self.pos = (self.pos + n - self.capacity) % self.capacity
             self.size = min(self.size + n - self.capacity, self.capacity)
@@ -96,7 +101,28 @@ class NStepReturns:
         """One step of every env: ``head [N, H]`` (what starts a row), ``tail [N, T]`` (what ends
         one: next observations). Returns the closed rows' ``head, reward, discount, tail``.
         ``fresh [N]``: envs whose step does not follow their previous one (``Transition.fresh``);
-        their open windows are dropped, never linked across the gap."""
+        their open windows are dropped, never linked across the gap. On CPU, the numba kernel
+        (``embodied/kernels/replay_numba.py``); ``_push_torch`` is the reference."""
+        if self.head.device.type != "cpu":
+            return self._push_torch(head, reward, terminated, truncated, tail, fresh)
+        from embodied.kernels.replay_numba import nstep_push
+
+        envs = reward.shape[0]
+        s = self.t % self.n
+        self.t += 1
+        out_head = torch.empty(self.n * envs, head.shape[1])
+        out_ret, out_discount = torch.empty(self.n * envs), torch.empty(self.n * envs)
+        out_env = torch.empty(self.n * envs, dtype=torch.long)
+        no_gap = fresh is None
+        m = nstep_push(self.head.numpy(), self.ret.numpy(), self.count.numpy(), self.live.numpy(), s,
+                       head.detach().contiguous().numpy(), reward.detach().contiguous().numpy(),
+                       terminated.numpy(), truncated.numpy(),
+                       np.zeros(envs, dtype=np.bool_) if no_gap else fresh.numpy(), self.gamma,
+                       out_head.numpy(), out_ret.numpy(), out_discount.numpy(), out_env.numpy())
+        return out_head[:m], out_ret[:m], out_discount[:m], tail[out_env[:m]]
+
+    def _push_torch(self, head: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
+                    truncated: torch.Tensor, tail: torch.Tensor, fresh: torch.Tensor | None = None):
         if fresh is not None:
             self.live &= ~fresh[None]
         s = self.t % self.n

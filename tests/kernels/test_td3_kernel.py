@@ -98,3 +98,4 @@ def test_kernel_choice_errors(tmp_path):
     with pytest.raises(UserError, match="observation normalization"):
         _learner(tmp_path, "norm", ["td3.kernel=numba", "policy.obs_normalization=true"])
     assert _learner(tmp_path, "auto", ["policy.obs_normalization=true"]).algo._fused is None  # auto: torch
+
