@@ -45,7 +45,11 @@ def _torch(value: Any) -> Any:
 
 
 def _serve(conn, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext) -> None:
+    import numba
+
+    # members share the cores: one compute thread each (torch's, and the numba kernels' budget)
     torch.set_num_threads(1)
+    numba.set_num_threads(1)
     try:
         from embodied.policies import policy_spec
 

@@ -127,8 +127,9 @@ class FusedStep:
         threads = algo.cfg.kernel_threads or torch.get_num_threads()
         if threads < 1:
             raise UserError(f"td3.kernel_threads must be >= 1, got {threads}")
-        self.parts = min(threads, numba.config.NUMBA_NUM_THREADS)
-        numba.set_num_threads(self.parts)
+        # at most the process's numba threads (an ensemble member's process holds one); the slices are spread over
+        # them by the kernel's parallel loop
+        self.parts = min(threads, numba.get_num_threads())
         threadpool_limits(1, user_api="blas")
         self.algo = algo
         q_params, pi_params = algo.opt.groups[0]["params"], algo.opt.groups[1]["params"]

@@ -4,7 +4,10 @@ in the same run; prints one JSON object.
 
   ours          the run's own learner as `embodied train` builds it (equivariant 128x128 actor, twin 64x64 critics on
                 the privileged observation, symmetry-augmented replay, 3-step rows, delayed actor steps), its replay
-                filled by ``--fill`` env steps of the real task; then ``--updates`` timed gradient steps
+                filled by ``--fill`` env steps of the real task; then ``--updates`` timed gradient steps: the numba
+                kernel (``td3.kernel``) on the preset's two threads (``td3.kernel_threads``)
+  ours_1thread  the same on one thread
+  ours_torch    the same through the torch step (``td3.kernel=torch``, the reference), one thread
   ours_plain    the same with a plain actor and no augmentation (``policy.symmetrize=false
                 td3.symmetry_augmentation=false``): what the symmetry costs per step
   sb3_td3       SB3 TD3, actor 128x128 and critics 64x64 (relu), batch 256, policy delay 2, on the policy
@@ -94,10 +97,16 @@ def main() -> None:
     args = ap.parse_args()
     result = {"benchmark": "td3_update", "machine": machine_info(), "updates": args.updates}
     result["ours"] = ours([], args.fill, args.updates)
+    result["ours_1thread"] = ours(["td3.kernel_threads=1"], args.fill, args.updates)
+    result["ours_torch"] = ours(["td3.kernel=torch"], args.fill, args.updates)
     result["ours_plain"] = ours(["policy.symmetrize=false", "td3.symmetry_augmentation=false"], args.fill,
                                 args.updates)
     result["sb3_td3"] = sb3_td3(result["ours"]["policy_obs_dim"], 4, args.fill, args.updates)
-    result["ours_over_sb3"] = round(result["ours"]["ms_per_update"] / result["sb3_td3"]["ms_per_update"], 3)
+    sb3 = result["sb3_td3"]["ms_per_update"]
+    result["ours_over_sb3"] = round(result["ours"]["ms_per_update"] / sb3, 3)
+    result["ours_1thread_over_sb3"] = round(result["ours_1thread"]["ms_per_update"] / sb3, 3)  # both on one thread
+    result["kernel_over_torch_1thread"] = round(result["ours_1thread"]["ms_per_update"]
+                                                / result["ours_torch"]["ms_per_update"], 3)
     emit(result, args.out)
 
 
