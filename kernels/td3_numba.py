@@ -8,7 +8,7 @@ At the quadrotor's sizes (a 128-wide actor, 64-wide critics, batch 256) the torc
 per-op dispatch (~5 us an op on this machine class) than in its matmuls; here the matmuls go to the same BLAS
 and everything between them is compiled loops.
 
-Networks are flat float32 vectors (``TD3`` points the torch parameters at views of them, so checkpoints,
+Networks are flat float32 vectors (``FusedStep`` points the torch parameters at views of them, so checkpoints,
 acting, evaluation and export see every write):
 - critics: an ``EnsembleMLP`` of two members, its parameters in order ``W_l [2, in, out]``, ``b_l [2, 1, out]``
   (``q_w``/``q_b``: the offset of each layer's weight and bias, ``q_dims``: the widths);
@@ -28,7 +28,7 @@ from embodied.kernels.quadrotor_numba import _next, normal_pair
 
 RELU, TANH = 0, 1
 # hp: the step's scalars, float64
-GAMMA_UNUSED, TARGET_NOISE, NOISE_CLIP, LR_Q, LR_PI, WD_Q, WD_PI, BETA1, BETA2, EPS, MAX_NORM, TAU = range(12)
+TARGET_NOISE, NOISE_CLIP, LR_Q, LR_PI, WD_Q, WD_PI, BETA1, BETA2, EPS, MAX_NORM, TAU = range(11)
 LN_EPS = 1e-5  # F.layer_norm's default
 
 
@@ -291,11 +291,8 @@ def actor_backward(assembled, dims, groups, chi, chi_w, index, sign, grad, da, k
     layers = dims.shape[0] - 1
     n_g = chi.shape[0]
     g_asm = np.zeros(assembled.shape[0], dtype=np.float32)
-    a = hs[layers]
     d = da.copy()
-    for i in range(d.shape[0]):
-        for j in range(d.shape[1]):
-            d[i, j] *= 1.0 - a[i, j] * a[i, j]
+    _act_backward(d, hs[layers], TANH)  # through the output's tanh
     # offsets of each layer's pieces
     offs = np.zeros(layers, dtype=np.int64)
     off = 0

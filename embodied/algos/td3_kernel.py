@@ -46,23 +46,22 @@ def _plain_layers(net: nn.Module) -> list[nn.Linear] | None:
     return linears
 
 
-def _flatten(params: list[nn.Parameter]) -> torch.Tensor:
-    """One flat tensor holding ``params``, which become views of it (values kept)."""
-    flat = torch.cat([p.detach().reshape(-1) for p in params]).contiguous()
-    start = 0
-    for p in params:
-        p.data = flat[start:start + p.numel()].view_as(p)
-        start += p.numel()
-    return flat
-
-
 def _flatten_list(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    flat = torch.cat([t.reshape(-1) for t in tensors]).contiguous()
+    """One flat tensor holding ``tensors``' values, and a view of it shaped as each."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors]).contiguous()
     views, start = [], 0
     for t in tensors:
         views.append(flat[start:start + t.numel()].view_as(t))
         start += t.numel()
     return flat, views
+
+
+def _flatten(params: list[nn.Parameter]) -> torch.Tensor:
+    """One flat tensor holding ``params``, which become views of it (values kept)."""
+    flat, views = _flatten_list(params)
+    for p, view in zip(params, views):
+        p.data = view
+    return flat
 
 
 def _actor_layout(net: nn.Module) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -132,9 +131,9 @@ class FusedStep:
         self.parts = min(threads, numba.get_num_threads())
         threadpool_limits(1, user_api="blas")
         self.algo = algo
-        q_params, pi_params = algo.opt.groups[0]["params"], algo.opt.groups[1]["params"]
         if len(algo.opt.groups) != 2:
             raise UserError("td3.kernel=numba updates a critic and an actor group only")
+        q_params, pi_params = algo.opt.groups[0]["params"], algo.opt.groups[1]["params"]
         self.flat = {
             "qf": _flatten(q_params), "qt": _flatten(algo._qt_params),
             "pf": _flatten(pi_params), "pt": _flatten(algo._pit_params),
@@ -143,9 +142,7 @@ class FusedStep:
         for i, (m, v) in enumerate((("qm", "qv"), ("pm", "pv"))):
             self.flat[m], opt.exp_avg[i] = _flatten_list(opt.exp_avg[i])
             self.flat[v], opt.exp_avg_sq[i] = _flatten_list(opt.exp_avg_sq[i])
-            steps, opt.steps[i] = _flatten_list([t.reshape(1) for t in opt.steps[i]])
-            opt.steps[i] = [t.view(()) for t in opt.steps[i]]
-            self.flat["q_steps" if i == 0 else "pi_steps"] = steps
+            self.flat["q_steps" if i == 0 else "pi_steps"], opt.steps[i] = _flatten_list(opt.steps[i])
         # critic layout: W_l [2, in, out], b_l [2, 1, out] in parameter order
         dims, w_off, b_off, start = [], [], [], 0
         for layer in algo.q.net.layers:
@@ -164,7 +161,7 @@ class FusedStep:
                                                     "next_cobs")], dtype=np.int64)
         self.dims3 = np.array(algo._head_dims, dtype=np.int64)
         cfg = algo.cfg
-        self.hp = np.array([cfg.gamma, cfg.target_noise, cfg.target_noise_clip, cfg.lr_critic, cfg.lr_actor,
+        self.hp = np.array([cfg.target_noise, cfg.target_noise_clip, cfg.lr_critic, cfg.lr_actor,
                             opt.groups[0]["weight_decay"], opt.groups[1]["weight_decay"], *opt.betas, opt.eps,
                             -1.0 if cfg.max_grad_norm is None else cfg.max_grad_norm, cfg.tau], dtype=np.float64)
         self.ln = bool(algo.policy_cfg.critic_layer_norm)
