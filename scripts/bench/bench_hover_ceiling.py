@@ -26,6 +26,9 @@ from _machine import emit, first_episodes, machine_info  # noqa: E402
 
 TILT_BINS = (0, 30, 60, 75, 90.01)  # [deg] from upright (the distribution reaches 90)
 VZ_BINS = (-1.0, -0.5, 0.0, 0.5, 1.01)  # [m/s]
+# thrust-to-weight under domain randomization (nominal 2.25: max thrust (rpm_max / hover_rpm)^2 m g); the default
+# ranges reach 2.25 * 0.85 / 1.25 = 1.53 and 2.25 * 1.15 / 0.75 = 3.45
+TW_BINS = (1.5, 1.8, 2.0, 2.25, 2.5, 3.5)
 
 
 def load(run: Path):
@@ -63,8 +66,8 @@ def fly(policy, cfg, episodes: int, seed: int) -> dict[str, torch.Tensor]:
     starts, crashed = [], torch.zeros(episodes, dtype=torch.bool)
 
     def watch(live: torch.Tensor, obs: dict, action: torch.Tensor) -> None:
-        if not starts:  # position, rotation matrix (row-major), linear and angular velocity, before the first step
-            starts.append(obs["critic"][:, :18].clone())
+        if not starts:  # position, rotation matrix (row-major), linear and angular velocity, before the first step;
+            starts.append(obs["critic"].clone())  # then disturbances and, under randomization, the plant's factors
 
     def ended(mask: torch.Tensor, terminated: torch.Tensor) -> None:
         crashed[mask] = terminated[mask]
@@ -110,6 +113,15 @@ def main() -> None:
         if not torch.equal(f["start"], flown[0]["start"]):
             raise SystemExit("the runs were flown from different starts (another task config?)")
     start = flown[0]["start"]
+    plant = {}
+    if loaded[0][1].env.domain_randomization.enabled:  # the critic's last entries: log factors, DR_LOG order
+        from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
+        from embodied.tasks.quadrotor.hover import DR_CRITIC, DR_LOG
+
+        logf = dict(zip(DR_LOG, start[:, -DR_CRITIC:].T))
+        p = QuadrotorParams()
+        tw = (p.rpm_max / p.hover_rpm) ** 2 * torch.exp(logf["thrust_constant"] - logf["mass"])
+        plant = {"by_thrust_to_weight": lambda s: binned(s, tw, TW_BINS)}
     tilt = torch.rad2deg(torch.acos(start[:, 11].clamp(-1, 1)))  # R[2, 2]: the body z axis against the world's
     vz = start[:, 14]
     wins = torch.stack([f["success"] for f in flown])
@@ -134,6 +146,7 @@ def main() -> None:
           "mean_success": round(mean.mean().item(), 4),
           "by_tilt_deg": {"mean": binned(mean, tilt, TILT_BINS), "union": binned(union.float(), tilt, TILT_BINS)},
           "by_vz": {"mean": binned(mean, vz, VZ_BINS), "union": binned(union.float(), vz, VZ_BINS)},
+          **{k: {"mean": f(mean), "union": f(union.float())} for k, f in plant.items()},
           "never_flown": {"starts": int(never.sum()), **({
               "tilt_deg_mean": round(tilt[never].mean().item(), 1), "vz_mean": round(vz[never].mean().item(), 3),
               "z_mean": round(start[never, 2].mean().item(), 3)} if bool(never.any()) else {})}},
