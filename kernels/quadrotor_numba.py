@@ -113,8 +113,7 @@ NOISE = 18  # 4 entries: position, rotation matrix, linear velocity, angular vel
 DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(22, 26)
 DR_ENABLED = 26
 DR_RANGE = 27  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
-POS_ABS_CAP = 39  # [m] the |p| term's distance is min(|p|, this) (inf: no cap)
-CONFIG_DIM = 40
+CONFIG_DIM = 39
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 
@@ -293,7 +292,7 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
         term = dist > c[TERM_RADIUS]
         t0 = np.float32(c[C_CONSTANT])
         t1 = np.float32(c[C_POSITION]) * d2
-        t2 = np.float32(c[C_POSITION_ABS]) * min(dist, np.float32(c[POS_ABS_CAP]))
+        t2 = np.float32(c[C_POSITION_ABS]) * dist
         t3 = np.float32(c[C_ORIENTATION]) * (np.float32(1.0) - xi[3] * xi[3])
         t4 = np.float32(c[C_LIN_VEL]) * v2
         t5 = np.float32(c[C_ACTION]) * da

@@ -37,8 +37,7 @@ def sync(ref, fused):
 
 @pytest.mark.parametrize("kw", [
     {"termination_radius": 1e3},  # episodes end by the time limit
-    {"domain_randomization": {"enabled": True}, "reward": {"termination_penalty": 3.0, "position_abs_cap": 0.15},
-     "termination_radius": 0.4},
+    {"domain_randomization": {"enabled": True}, "reward": {"termination_penalty": 3.0}, "termination_radius": 0.4},
 ])
 def test_fused_step_matches_the_torch_reference(kw):
     """600 steps (more than one episode) of random actions, state re-synchronized before each step:

@@ -77,16 +77,6 @@ def test_position_abs_term():
     assert float(info["log"]["reward/position_abs"]) == pytest.approx(-0.5 * 4 * math.sqrt(0.05), abs=2e-4)
 
 
-@pytest.mark.parametrize("kernel", ["auto", "torch"])
-def test_position_abs_cap(kernel):
-    env = hovering_env(2, kernel=kernel, reward={"position_abs_cap": 0.15})
-    env.sim.x[:, 0:3] = torch.tensor([[0.1, 0.0, 0.0], [0.1, 0.2, 0.0]])
-    _, reward, *_, info = env.step(torch.full((2, 4), HOVER))
-    # inside the cap the term is 10 |p| as before; beyond it 10 * 0.15, while |p|^2 goes on
-    expected = [2 - 0.5 * (5 * 0.01 + 10 * 0.1), 2 - 0.5 * (5 * 0.05 + 10 * 0.15)]
-    torch.testing.assert_close(reward, torch.tensor(expected), atol=3e-4, rtol=0)
-
-
 def test_observation_layout_and_action_history():
     env = hovering_env(2, action_history=32)
     a1, a2 = torch.full((2, 4), 0.1), torch.full((2, 4), -0.2)

@@ -47,9 +47,6 @@ class RewardWeights:
     # vehicle alive and hovering 0.15 m high (seeds 2-4 of 0-4 never held 95%). 10.0 makes a 0.1 m offset
     # cost 5x its |p|^2 cost and the height holds (closing note of issue 8)
     position_abs: float = 10.0
-    # [m] the |p| term's distance saturates here (None: never): its slope stays at the set-point, while far out,
-    # where a policy whose reward goes negative learns that a crash ends the cost, it adds no more
-    position_abs_cap: float | None = None
 
 
 @dataclass
@@ -278,11 +275,10 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         outside = dist > self.cfg.success_radius
         self.last_outside.copy_(torch.where(outside, self.episode_length, self.last_outside))
         s = w.scale
-        abs_dist = dist if w.position_abs_cap is None else dist.clamp(max=w.position_abs_cap)
         terms = {
             "constant": torch.full((self.num_envs,), w.constant, device=self.device),
             "position": -s * w.position * position_l2(sim.pos_w),
-            "position_abs": -s * w.position_abs * abs_dist,
+            "position_abs": -s * w.position_abs * dist,
             "orientation": -s * w.orientation * orientation_qw(sim.quat_wb),
             "lin_vel": -s * w.lin_vel * lin_vel_l2(sim.lin_vel_w),
             "action": -s * w.action * action_l2(action.clamp(-1, 1), self.hover_action),
@@ -352,7 +348,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
                                     cfg.obs_noise_ang_vel]
         c[fk.DIST_FORCE], c[fk.DIST_TORQUE], c[fk.ARM], c[fk.GRAV] = (cfg.disturbance_force, cfg.disturbance_torque,
                                                                       ARM, GRAVITY)
-        c[fk.POS_ABS_CAP] = math.inf if w.position_abs_cap is None else w.position_abs_cap
         c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
         if self.dr_ranges:
             c[fk.DR_RANGE:fk.DR_RANGE + 12] = [v for r in self.dr_ranges.values() for v in r]
