@@ -3,7 +3,8 @@
 env's first episode): each run's success, and the **union** (a start counts when at least one run's policy flies it to
 success): a lower bound on the success an optimal policy reaches on this distribution, against the notes' estimate that
 the hardest starts (tilted ~75 deg, falling) cannot be recovered at all. Failures are classed as ``crashed`` (left the
-termination radius) or ``not held`` (survived, outside the success radius in the final window), and success is binned
+termination radius; ``gave up``: those that cut the motors just before) or ``not held`` (survived, outside the success
+radius in the final window), and success is binned
 by the start's tilt and vertical velocity. ``--ensemble`` also flies the runs' action mean (and median: the lower
 middle for an even count) as one policy from the same starts: what an ensemble of independent learners would reach.
 ``--members``: a run trained as an ensemble (``ensemble=K``, its policy the members' action mean) also has each
@@ -29,6 +30,9 @@ VZ_BINS = (-1.0, -0.5, 0.0, 0.5, 1.01)  # [m/s]
 # thrust-to-weight under domain randomization (nominal 2.25: max thrust (rpm_max / hover_rpm)^2 m g); the default
 # ranges reach 2.25 * 0.85 / 1.25 = 1.53 and 2.25 * 1.15 / 0.75 = 3.45
 TW_BINS = (1.5, 1.8, 2.0, 2.25, 2.5, 3.5)
+# a crash "gave up" when the policy cut its motors (mean normalized command below this, hover is +0.33) in its last
+# steps: where the reward is negative (near the termination radius) ending the episode ends the cost
+GAVE_UP, GAVE_UP_STEPS = -0.5, 15
 
 
 def load(run: Path):
@@ -59,21 +63,28 @@ class Combined:
 
 @torch.no_grad()
 def fly(policy, cfg, episodes: int, seed: int) -> dict[str, torch.Tensor]:
-    """The first episode of each of ``episodes`` envs: start (critic observation at the reset), success, crash."""
+    """The first episode of each of ``episodes`` envs: start (critic observation at the reset), success, crash, and
+    whether a crash gave up (the mean motor command below ``GAVE_UP`` at some step of the last ``GAVE_UP_STEPS``)."""
     from embodied.evaluate import make_eval_env
 
     env = make_eval_env(cfg, num_envs=episodes)
     starts, crashed = [], torch.zeros(episodes, dtype=torch.bool)
+    gave_up = torch.zeros(episodes, dtype=torch.bool)
+    recent = torch.full((GAVE_UP_STEPS, episodes), 1.0)  # the last steps' mean motor commands, a ring
+    step = [0]
 
     def watch(live: torch.Tensor, obs: dict, action: torch.Tensor) -> None:
         if not starts:  # position, rotation matrix (row-major), linear and angular velocity, before the first step;
             starts.append(obs["critic"].clone())  # then disturbances and, under randomization, the plant's factors
+        recent[step[0] % GAVE_UP_STEPS] = action.mean(1)
+        step[0] += 1
 
     def ended(mask: torch.Tensor, terminated: torch.Tensor) -> None:
         crashed[mask] = terminated[mask]
+        gave_up[mask] = terminated[mask] & (recent[:, mask] < GAVE_UP).any(0)
 
     success = first_episodes(env, policy, seed, watch, ended)
-    return {"start": starts[0], "success": success, "crashed": crashed}
+    return {"start": starts[0], "success": success, "crashed": crashed, "gave_up": gave_up}
 
 
 def members(policy, cfg, episodes: int, seed: int) -> dict:
@@ -128,7 +139,7 @@ def main() -> None:
     union, mean = wins.any(0), wins.float().mean(0)  # mean: the runs' average per start
     never = ~union
     runs = [{"run": r, "step": f["step"], "success": round(f["success"].float().mean().item(), 4),
-             "crashed": int((~f["success"] & f["crashed"]).sum()),
+             "crashed": int((~f["success"] & f["crashed"]).sum()), "gave up": int(f["gave_up"].sum()),
              "not held": int((~f["success"] & ~f["crashed"]).sum())}
             for r, f in zip(args.runs, flown)]
     if args.members:
