@@ -148,13 +148,18 @@ def uniform(rng):
 
 @nb.njit(inline="always", cache=True)
 def normal_pair(rng):
-    """Two independent N(0, 1) by Box-Muller, from one 64-bit draw (two 32-bit uniforms, float32 math)."""
-    z = _next(rng)
-    u1 = np.float32((z >> np.uint64(40)) + np.uint64(1)) * np.float32(1.0 / 16777216.0)  # (0, 1], 24 bits
-    u2 = np.float32((z >> np.uint64(8)) & np.uint64(0xFFFFFF)) * np.float32(1.0 / 16777216.0)  # [0, 1)
-    r = math.sqrt(np.float32(-2.0) * math.log(u1))
-    t = np.float32(2.0 * math.pi) * u2
-    return r * math.cos(t), r * math.sin(t)
+    """Two independent N(0, 1) by Marsaglia's polar method: a point (u, v) uniform in the unit disc (two 24-bit
+    uniforms in [-1, 1) from one 64-bit draw; ~21% of draws fall outside and are redrawn), scaled by
+    sqrt(-2 ln s / s), s = u^2 + v^2 (float32 math). One log and one sqrt a pair instead of Box-Muller's log,
+    sqrt, sin and cos: ~100 against ~150 ns for an env's 9 pairs of observation noise."""
+    while True:
+        z = _next(rng)
+        u = np.float32(z >> np.uint64(40)) * np.float32(2.0 / 16777216.0) - np.float32(1.0)
+        v = np.float32((z >> np.uint64(8)) & np.uint64(0xFFFFFF)) * np.float32(2.0 / 16777216.0) - np.float32(1.0)
+        s = u * u + v * v
+        if np.float32(0.0) < s < np.float32(1.0):
+            f = math.sqrt(np.float32(-2.0) * math.log(s) / s)
+            return u * f, v * f
 
 
 # ---- pieces -----------------------------------------------------------------------------------

@@ -191,7 +191,7 @@ def test_fused_checkpoint_restores_the_random_stream():
 
 def test_splitmix64_and_normals():
     """Known splitmix64 outputs (seed 0: 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f) and the
-    moments of the Box-Muller normals."""
+    moments of the polar-method normals and the independence of a pair's two."""
     from embodied.kernels import quadrotor_numba as fk
 
     rng = np.zeros(1, np.uint64)
@@ -201,6 +201,9 @@ def test_splitmix64_and_normals():
     assert abs(z.mean()) < 0.015 and z.var() == pytest.approx(1.0, abs=0.015)
     assert np.mean(z ** 4) == pytest.approx(3.0, abs=0.08)  # Gaussian kurtosis
     assert np.mean(np.abs(z) > 3) == pytest.approx(0.0027, abs=0.0007)  # the tails are there
+    pairs = z.reshape(-1, 2)
+    assert abs(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]) < 0.015
+    assert abs(np.corrcoef(pairs[:, 0] ** 2, pairs[:, 1] ** 2)[0, 1]) < 0.015  # not just uncorrelated: independent
 
 
 def test_weight_changes_reach_the_kernel_and_bad_history_is_refused():
