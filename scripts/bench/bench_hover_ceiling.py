@@ -4,9 +4,10 @@ env's first episode): each run's success, and the **union** (a start counts when
 success): a lower bound on the success an optimal policy reaches on this distribution, against the notes' estimate that
 the hardest starts (tilted ~75 deg, falling) cannot be recovered at all. Failures are classed as ``crashed`` (left the
 termination radius; ``gave up``: those that cut the motors just before) or ``not held`` (survived, outside the success
-radius in the final window), and success is binned
-by the start's tilt and vertical velocity. ``--ensemble`` also flies the runs' action mean (and median: the lower
-middle for an even count) as one policy from the same starts: what an ensemble of independent learners would reach.
+radius in the final window), and success is binned by the start's tilt and vertical velocity (and, under domain
+randomization, by the plant's thrust-to-weight). ``--ensemble`` also flies the runs' action mean (and median: the
+lower middle for an even count) as one policy from the same starts: what an ensemble of independent learners would
+reach.
 ``--members``: a run trained as an ensemble (``ensemble=K``, its policy the members' action mean) also has each
 member flown alone, and the members' median. Prints one JSON.
 
@@ -124,6 +125,10 @@ def main() -> None:
         if not torch.equal(f["start"], flown[0]["start"]):
             raise SystemExit("the runs were flown from different starts (another task config?)")
     start = flown[0]["start"]
+    tilt = torch.rad2deg(torch.acos(start[:, 11].clamp(-1, 1)))  # R[2, 2]: the body z axis against the world's
+    vz = start[:, 14]
+    wins = torch.stack([f["success"] for f in flown])
+    union, mean = wins.any(0), wins.float().mean(0)  # mean: the runs' average per start
     plant = {}
     if loaded[0][1].env.domain_randomization.enabled:  # the critic's last entries: log factors, DR_LOG order
         from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
@@ -132,11 +137,7 @@ def main() -> None:
         logf = dict(zip(DR_LOG, start[:, -DR_CRITIC:].T))
         p = QuadrotorParams()
         tw = (p.rpm_max / p.hover_rpm) ** 2 * torch.exp(logf["thrust_constant"] - logf["mass"])
-        plant = {"by_thrust_to_weight": lambda s: binned(s, tw, TW_BINS)}
-    tilt = torch.rad2deg(torch.acos(start[:, 11].clamp(-1, 1)))  # R[2, 2]: the body z axis against the world's
-    vz = start[:, 14]
-    wins = torch.stack([f["success"] for f in flown])
-    union, mean = wins.any(0), wins.float().mean(0)  # mean: the runs' average per start
+        plant["by_thrust_to_weight"] = {"mean": binned(mean, tw, TW_BINS), "union": binned(union.float(), tw, TW_BINS)}
     never = ~union
     runs = [{"run": r, "step": f["step"], "success": round(f["success"].float().mean().item(), 4),
              "crashed": int((~f["success"] & f["crashed"]).sum()), "gave up": int(f["gave_up"].sum()),
@@ -157,7 +158,7 @@ def main() -> None:
           "mean_success": round(mean.mean().item(), 4),
           "by_tilt_deg": {"mean": binned(mean, tilt, TILT_BINS), "union": binned(union.float(), tilt, TILT_BINS)},
           "by_vz": {"mean": binned(mean, vz, VZ_BINS), "union": binned(union.float(), vz, VZ_BINS)},
-          **{k: {"mean": f(mean), "union": f(union.float())} for k, f in plant.items()},
+          **plant,
           "never_flown": {"starts": int(never.sum()), **({
               "tilt_deg_mean": round(tilt[never].mean().item(), 1), "vz_mean": round(vz[never].mean().item(), 3),
               "z_mean": round(start[never, 2].mean().item(), 3)} if bool(never.any()) else {})}},
