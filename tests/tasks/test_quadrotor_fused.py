@@ -201,6 +201,19 @@ def test_splitmix64_and_normals():
     assert abs(z.mean()) < 0.015 and z.var() == pytest.approx(1.0, abs=0.015)
     assert np.mean(z ** 4) == pytest.approx(3.0, abs=0.08)  # Gaussian kurtosis
     assert np.mean(np.abs(z) > 3) == pytest.approx(0.0027, abs=0.0007)  # the tails are there
+    # exact values: the polar method on the stream's draws by hand (float32), outside-the-disc draws skipped
+    draws, expected, used = np.array([1], np.uint64), [], 0
+    while len(expected) < 8:
+        d, used = int(fk._next(draws)), used + 1
+        u = np.float32(d >> 40) * np.float32(2.0 / 16777216.0) - np.float32(1.0)
+        v = np.float32((d >> 8) & 0xFFFFFF) * np.float32(2.0 / 16777216.0) - np.float32(1.0)
+        s = np.float32(u * u + v * v)
+        if 0 < s < 1:
+            f = np.sqrt(np.float32(-2.0) * np.log(s) / s)
+            expected.append((u * f, v * f))
+    assert used == 10  # two draws fell outside the disc and were redrawn
+    rng[0] = 1
+    np.testing.assert_allclose([fk.normal_pair(rng) for _ in range(8)], expected, rtol=1e-6, atol=1e-7)
     pairs = z.reshape(-1, 2)
     assert abs(np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]) < 0.015
     assert abs(np.corrcoef(pairs[:, 0] ** 2, pairs[:, 1] ** 2)[0, 1]) < 0.015  # not just uncorrelated: independent
