@@ -364,7 +364,7 @@ class CPolicy:
 
 class PolicyRunner:
     """``act(state) -> action``: the robot's state (the layout's robot terms of the policy group, in order)
-    in, the normalized action out; the runner keeps the history terms. ``forward(obs)`` runs full
+    in, the normalized action out; the runner keeps the history and average terms. ``forward(obs)`` runs full
     observations ``[B, obs_dim]`` without touching the history. A residual bundle's runner also keeps the base
     policy's action of the last ``act`` in ``base_action`` (None otherwise) and its bound in ``residual_limit``:
     what the deploy safety filter bounds ``|action - base_action|`` with."""
@@ -405,12 +405,14 @@ class PolicyRunner:
         # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
         # terms' slots; as views of the one observation buffer, made once
         slices = self.layout.slices("policy", skip_sources=("instruction",))
-        runs, self._history, s = [], [], 0
+        runs, self._history, averages, s = [], [], [], 0
         for t in self.layout.terms("policy"):
             if t.source == "instruction":
                 continue
             sl = slices[t.name]
-            if t.source == "robot":
+            if t.source == "average":
+                averages.append((sl, slices[t.average_of], t.average_decay))
+            elif t.source == "robot":
                 if runs and runs[-1][0].stop == sl.start:
                     runs[-1] = (slice(runs[-1][0].start, sl.stop), slice(runs[-1][1].start, s + t.size))
                 else:
@@ -423,6 +425,9 @@ class PolicyRunner:
         self._whole_state = len(runs) == 1
         self._shift = [(o[sl.start:sl.stop - k], o[sl.start + k:sl.stop], o[sl.stop - k:sl.stop])
                        for sl, _ in self._history]
+        # average terms: (the average's slots, the averaged robot term's, decay, 1 - decay), kept as the task keeps them
+        self._averages = [(o[dst], o[src], np.float32(d), np.float32(1.0 - d)) for dst, src, d in averages]
+        self._average_first = True
         if backend == "onnx":
             self.session = _session(meta["dir"] / "policy.onnx")
             feeds = {"obs_base": self._input} if self.base else \
@@ -447,6 +452,7 @@ class PolicyRunner:
         for sl, init in self._history:
             self._obs[0, sl] = init
         self._next = self.execute  # a chunked policy looks again at the episode's first step
+        self._average_first = True  # an average starts at the first value the robot reports
         self._valid = 0  # an ensembling one forgets the last episode's chunks
         if self.c is not None:
             self.c.reset()
@@ -496,6 +502,13 @@ class PolicyRunner:
         else:
             for dst, src in self._robot:
                 np.copyto(dst, state[src])
+        for avg, value, d, w in self._averages:
+            if self._average_first:
+                np.copyto(avg, value)
+            else:
+                avg *= d
+                avg += w * value
+        self._average_first = False
         if self.base:  # the base's action from its chunk queue, then the residual on [obs, b]
             self._input[0, self.obs_dim:] = self._queued(self._run_base)
             out = self._run()

@@ -310,14 +310,24 @@ void {prefix}_step(const float *state, float *action);
 {base_decl}{base_decl_chunk}
 #endif
 """
-    # observation assembly: robot terms from ``state``, history terms from the kept history
+    # observation assembly: robot terms from ``state``, history terms from the kept history, average terms kept from
+    # the robot terms they average (the first value after a reset, then decay * avg + (1 - decay) * value)
     assemble, hist_decl, push = [], [], []
-    s_off = 0
+    s_off, state_at = 0, {}
+    for t in layout.robot_terms("policy"):
+        state_at[t.name], s_off = s_off, s_off + t.size
     for name, sl in layout.slices("policy").items():
         term = next(t for t in layout.terms("policy") if t.name == name)
         if term.source == "robot":
-            assemble.append(f"for (i = 0; i < {term.size}; ++i) obs[{sl.start} + i] = state[{s_off} + i];")
-            s_off += term.size
+            assemble.append(f"for (i = 0; i < {term.size}; ++i) obs[{sl.start} + i] = state[{state_at[name]} + i];")
+        elif term.source == "average":
+            d = np.float32(term.average_decay)
+            hist_decl.append(f"static float avg_{name}[{term.size}];")
+            assemble.append(f"for (i = 0; i < {term.size}; ++i) {{\n"
+                            f"        const float v = state[{state_at[term.average_of]} + i];\n"
+                            f"        avg_{name}[i] = avg_first ? v : {flit(float(d))} * avg_{name}[i] + "
+                            f"{flit(float(np.float32(1.0) - d))} * v;\n"
+                            f"        obs[{sl.start} + i] = avg_{name}[i];\n    }}")
         else:
             hist_decl.append(f"static float hist_{name}[{term.size}];")
             assemble.append(f"for (i = 0; i < {term.size}; ++i) obs[{sl.start} + i] = hist_{name}[i];")
@@ -326,6 +336,10 @@ void {prefix}_step(const float *state, float *action);
                         f"action[i] < -1.0f ? -1.0f : (action[i] > 1.0f ? 1.0f : action[i]);")
     resets = [f"for (i = 0; i < {t.size}; ++i) hist_{t.name}[i] = {flit(float(t.history_init))};"
               for t in layout.terms("policy") if t.source == "history"]
+    if any(t.source == "average" for t in layout.terms("policy")):
+        hist_decl.append("static int avg_first = 1;")
+        resets.append("avg_first = 1;")
+        push.append("avg_first = 0;")
     nl = "\n    "
     gx = f"\nstatic float gx[{e.gx}];" if hasattr(e, "gx") else ""
     fn_decl, staged_forward, stage_call = f"void {prefix}_forward", "", ""

@@ -7,7 +7,9 @@ A term's ``source`` says who provides it on a robot: ``"robot"`` terms are repor
 state estimate); ``"history"`` terms are the last ``history_len`` actions, kept by the deploy runner
 itself (oldest first, ``history_init`` after a reset), exactly as the task keeps them in simulation;
 ``"instruction"`` terms are the embedding of a language instruction (``embodied.vla.text``), which the deploy side
-looks up for the instruction it is given."""
+looks up for the instruction it is given; ``"average"`` terms are an exponential average of one robot term
+(``average_of``, same size) that the deploy runner keeps from what the robot reports: the term's value at the
+first step after a reset, then ``avg = average_decay * avg + (1 - average_decay) * value`` every step."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def np_prod(shape) -> int:
         out *= int(v)
     return out
 
-SOURCES = ("robot", "history", "instruction")
+SOURCES = ("robot", "history", "instruction", "average")
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,11 @@ class Term:
     unit: str = ""  # SI unit of the values as the policy sees them ("m", "m/s", "rad/s", "1" for unitless)
     frame: str = ""  # "world", "body", ... ("" where no frame applies)
     description: str = ""
-    source: str = "robot"  # robot | history
+    source: str = "robot"  # one of SOURCES
     history_len: int = 0  # history terms: how many past actions (size = history_len * action size)
     history_init: float = 0.0  # history terms: the value of every slot after a reset
+    average_of: str = ""  # average terms: the robot term averaged
+    average_decay: float = 0.0  # average terms: the per-step decay (exp(-dt / time constant))
     shape: tuple[int, ...] = ()  # image terms: (channels, height, width), size = their product, channel-major
     # image terms: the values are uint8 pixels times 1/255 exactly (core/pixels.py), so a store may keep them as uint8
     quantized: bool = False
@@ -52,6 +56,9 @@ class Term:
             raise ValueError(f"term {self.name!r}: only an image term (with a shape) holds quantized pixels")
         if self.source not in SOURCES:
             raise ValueError(f"term {self.name!r}: source must be one of {SOURCES}, got {self.source!r}")
+        if self.source == "average" and not (self.average_of and 0.0 <= self.average_decay < 1.0):
+            raise ValueError(f"term {self.name!r}: an average term names the robot term it averages (average_of) and "
+                             f"a decay in [0, 1), got {self.average_of!r}, {self.average_decay}")
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,10 @@ class Layout:
         for t in self.terms("policy"):
             if t.source == "history" and t.size != t.history_len * self.action_size:
                 raise ValueError(f"history term {t.name!r}: size {t.size} != {t.history_len} x {self.action_size}")
+            if t.source == "average":
+                src = next((s for s in self.robot_terms("policy") if s.name == t.average_of), None)
+                if src is None or src.size != t.size:
+                    raise ValueError(f"average term {t.name!r}: {t.average_of!r} is not a robot term of size {t.size}")
 
     # ---- plain data ----------------------------------------------------------------------------
     def to_dict(self) -> dict:

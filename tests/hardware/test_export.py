@@ -174,6 +174,14 @@ def test_layout_rejects_bad_terms():
         Term("x", 0)
     with pytest.raises(ValueError):
         Term("x", 3, source="sensor")
+    with pytest.raises(ValueError):  # an average names what it averages and decays in [0, 1)
+        Term("xa", 3, source="average", average_decay=0.5)
+    with pytest.raises(ValueError):
+        Term("xa", 3, source="average", average_of="x", average_decay=1.0)
+    for bad in (Term("xa", 3, source="average", average_of="y", average_decay=0.5),  # no such robot term
+                Term("xa", 2, source="average", average_of="x", average_decay=0.5)):  # another size
+        with pytest.raises(ValueError, match="average term"):
+            Layout({"policy": (Term("x", 3), bad)}, (), 1.0).check({"policy": (3 + bad.size,)}, (0,))
     with pytest.raises(UserError):
         Layout.from_dict({"observation": {"policy": [{"name": "x"}]}, "action": [], "control_hz": 1})
 
@@ -293,6 +301,40 @@ def _fly_beside(actor, runners, steps: int, new_episode_at: int) -> None:
             hist[:] = 0.1
         state = np.random.default_rng(t).normal(size=3).astype(np.float32)
         ref = actor.act(torch.from_numpy(np.concatenate([state, hist]))[None])[0].numpy()
+        for r in runners:
+            assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
+        hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])
+
+
+def test_runner_keeps_average_terms(tmp_path):
+    """An ``average`` term (a robot term's exponential average, as quadrotor-hover's ``position_average_s`` keeps it):
+    the ONNX and C runners keep it from the reported state, its first value after a reset, then
+    ``d * avg + (1 - d) * value``, and act as the torch actor does on the full observation, across a reset."""
+    from embodied.core.layout import ActionTerm
+    from embodied.hardware.bundle import write_bundle
+
+    torch.manual_seed(2)
+    d = 0.75
+    layout = Layout({"policy": (Term("x", 3), Term("prev", 4, source="history", history_len=2, history_init=0.1),
+                                Term("v", 2), Term("x_avg", 3, source="average", average_of="x", average_decay=d))},
+                    (ActionTerm("u", 2),), 10.0)
+    actor = SquashedGaussianActor(12, 2, [16], obs_normalization=True)
+    actor.normalizer.update(torch.randn(64, 12) * 2 + 0.5)
+    x = torch.randn(32, 12)
+    meta = write_bundle(actor, layout, x.numpy(), tmp_path / "b", "all")
+    assert meta["parity"]["passed"] and read_bundle(tmp_path / "b")["layout"] == layout
+    runners = [load_bundle(tmp_path / "b", backend) for backend in ("onnx", "c")]
+    hist = np.full(4, 0.1, np.float32)
+    avg = None
+    for t in range(9):
+        if t == 6:  # a new episode: the history and the average restart
+            for r in runners:
+                r.reset()
+            hist[:], avg = 0.1, None
+        state = np.random.default_rng(t).normal(size=5).astype(np.float32)  # x (3), then v (2)
+        avg = state[:3].copy() if avg is None else np.float32(d) * avg + np.float32(1 - d) * state[:3]
+        obs = np.concatenate([state[:3], hist, state[3:], avg])
+        ref = actor.act(torch.from_numpy(obs)[None])[0].numpy()
         for r in runners:
             assert np.abs(r.act(state) - ref).max() <= TOL, (t, r.backend)
         hist = np.concatenate([hist[2:], np.clip(ref, -1, 1)])

@@ -33,11 +33,13 @@ def sync(ref, fused):
     ref.episode_length.copy_(fused.episode_length)
     ref.last_outside.copy_(fused.last_outside)
     ref.noise_scale.copy_(fused.noise_scale)
+    ref.pos_average.copy_(fused.pos_average)
 
 
 @pytest.mark.parametrize("kw", [
     {"termination_radius": 1e3},  # episodes end by the time limit
     {"domain_randomization": {"enabled": True}, "reward": {"termination_penalty": 3.0}, "termination_radius": 0.4},
+    {"position_average_s": 0.05, "termination_radius": 0.5},  # the position average in the actor observation
 ])
 def test_fused_step_matches_the_torch_reference(kw):
     """600 steps (more than one episode) of random actions, state re-synchronized before each step:
@@ -67,8 +69,41 @@ def test_fused_step_matches_the_torch_reference(kw):
             terminations += int(tr.sum())
         live = ~done  # envs that were not reset hold the same state and observation
         torch.testing.assert_close(x_fused[live], ref.sim.x[live], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(of["critic"][live], orf["critic"][live], rtol=1e-4, atol=1e-5)
-    assert ends > 0 and (terminations > 0) == (kw.get("termination_radius") == 0.4)
+        for k in ("policy", "critic"):
+            torch.testing.assert_close(of[k][live], orf[k][live], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(fused.pos_average[live], ref.pos_average[live], rtol=1e-4, atol=1e-6)
+    assert ends > 0 and (terminations > 0) == (kw.get("termination_radius") in (0.4, 0.5))
+
+
+@pytest.mark.parametrize("kernel", ["numba", "torch"])
+def test_position_average_exact_values(kernel):
+    """``position_average_s``: the actor observation ends with the average of the observed position: at an
+    episode's first observation that position, then ``d * avg + (1 - d) * pos`` every step, with
+    ``d = exp(-dt / tau)`` rounded to float32 (0.99004983901977539 for tau = 1 s at 100 Hz), across an episode end
+    (its final observation advanced, the next episode's restarted); the layout declares it as an average of
+    ``pos_w``, which the deploy runner keeps the same way."""
+    env = embodied.make_env("quadrotor-hover", num_envs=5, seed=0, kernel=kernel, position_average_s=1.0,
+                            termination_radius=100.0, episode_s=0.05, obs_noise_position=0.01)
+    d = np.float32(0.99004983901977539)
+    assert env.position_decay == float(d) == float(np.float32(math.exp(-0.01)))
+    (term,) = [t for t in env.layout().terms("policy") if t.source == "average"]
+    assert (term.name, term.average_of, term.average_decay) == ("pos_w_average", "pos_w", float(d))
+    assert env.layout().slices("policy")["pos_w_average"] == slice(18 + 64, 18 + 64 + 3)
+    obs, _ = env.reset(seed=2)
+    assert obs["policy"].shape == (5, 18 + 64 + 3) and torch.equal(obs["policy"][:, -3:], obs["policy"][:, :3])
+    avg = obs["policy"][:, :3].numpy().copy()
+    g = torch.Generator().manual_seed(0)
+    for t in range(1, 8):
+        obs, _, _, truncated, info = env.step(torch.rand(5, 4, generator=g) * 2 - 1)
+        last = info["final_obs"]["policy"]
+        avg = d * avg + (np.float32(1.0) - d) * last[:, :3].numpy()
+        np.testing.assert_allclose(last[:, -3:].numpy(), avg, rtol=0, atol=2e-8)
+        assert bool(truncated.all()) == (t == 5)
+        if t == 5:  # the new episode's average starts at its first observed position
+            assert np.abs(avg - last[:, :3].numpy()).max() > 1e-3  # the average lagged the position
+            assert torch.equal(obs["policy"][:, -3:], obs["policy"][:, :3])
+            avg = obs["policy"][:, :3].numpy().copy()
+        np.testing.assert_array_equal(env.pos_average.numpy(), obs["policy"][:, -3:].numpy())
 
 
 def test_success_and_reward_terms_at_hover():

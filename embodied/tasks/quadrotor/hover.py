@@ -111,6 +111,10 @@ class QuadrotorHoverConfig:
     init_lin_vel: float = 1.0  # [m/s] uniform +-
     init_ang_vel: float = 1.0  # [rad/s] uniform +-
     init_guidance: float = 0.1  # probability of starting level at the set-point
+    # [s] time constant of an exponential average of the position appended to the actor observation (0: none).
+    # The offset a constant disturbance force leaves is invisible in one noisy position; its average shows it
+    # (the deploy runner keeps the same average from the reported position: layout source "average")
+    position_average_s: float = 0.0
     action_history: int = 16  # past actions in the actor observation (L2F: 32; 16 = 0.16 s, one motor time constant)
     obs_noise_position: float = 0.001  # std [m]
     obs_noise_orientation: float = 0.001  # std, on rotation-matrix entries
@@ -191,6 +195,14 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         if h < 1:
             raise UserError(f"env.action_history must be >= 1, got {h}")
         self.actions = torch.zeros(n, h * 4, device=self.device)  # oldest first
+        if not (math.isfinite(cfg.position_average_s) and cfg.position_average_s >= 0):
+            raise UserError(f"env.position_average_s must be >= 0 (0: no average), got {cfg.position_average_s}")
+        # the average of the observed position as of the last observation returned (what the deploy runner keeps
+        # from the reported position) and its per-step decay (rounded to float32 once: 1 - decay is then exact,
+        # the same in the kernel, the torch path and the runner)
+        self.position_decay = float(np.float32(math.exp(-params.dt / cfg.position_average_s))) \
+            if cfg.position_average_s else 0.0
+        self.pos_average = torch.zeros(n, 3 if cfg.position_average_s else 0, device=self.device)
         self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
         self.dr_ranges = cfg.domain_randomization.ranges() if cfg.domain_randomization.enabled else None
         self.noise_scale = torch.ones(n, device=self.device)  # per-episode factor on the observation noise std
@@ -198,7 +210,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.obs_noise_std = torch.tensor(  # [18] per clean observation entry
             [cfg.obs_noise_position] * 3 + [cfg.obs_noise_orientation] * 9 + [cfg.obs_noise_lin_vel] * 3
             + [cfg.obs_noise_ang_vel] * 3, device=self.device)
-        obs_dim = 18 + 4 * h
+        obs_dim = 18 + 4 * h + self.pos_average.shape[1]
         self.single_observation_space = gym.spaces.Dict(
             {"policy": box(-math.inf, math.inf, (obs_dim,)), "critic": box(-math.inf, math.inf, (self._critic_dim,))}
         )
@@ -272,7 +284,23 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             parts += [(P.view(sim.p, name)[:, :1] / P.view(self.nominal_p, name)[:, :1]).log() for name in DR_PARAMS]
             parts.append(self.noise_scale[:, None].log())
         critic = torch.cat(parts, 1)
-        return {"policy": torch.cat([clean + noise, self.actions], 1), "critic": critic}
+        observed = clean + noise
+        parts = [observed, self.actions]
+        if self.pos_average.shape[1]:  # the average as of the last observation, advanced (not stored: step does)
+            d, pos = self.position_decay, observed[:, :3]
+            first = (self.episode_length == 0)[:, None]
+            parts.append(torch.where(first, pos, self.pos_average * d + pos * (1.0 - d)))
+        return {"policy": torch.cat(parts, 1), "critic": critic}
+
+    def reset_envs(self, seeds: torch.Tensor) -> Obs:
+        return self._keep_average(super().reset_envs(seeds))
+
+    def _keep_average(self, obs: Obs) -> Obs:
+        """The position average the returned observation shows becomes the kept one (``_observe`` runs twice in a
+        step that resets envs, before and after; the fused kernel keeps it itself)."""
+        if self.pos_average.shape[1]:
+            self.pos_average.copy_(obs["policy"][:, -3:])
+        return obs
 
     def _compute(self, action: torch.Tensor) -> StepTerms:
         sim, w = self.sim, self.weights
@@ -326,7 +354,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
 
         rng = np.array([_stream_seed(self.generator.initial_seed())], np.uint64)
         return dict(kernel=fk, x=self.sim.x.numpy(), p=self.sim.p.numpy(), noise_scale=self.noise_scale.numpy(),
-                    hist=self.actions.numpy(),
+                    hist=self.actions.numpy(), pos_avg=self.pos_average.numpy(),
                     ep_len=self.episode_length.numpy(), last_out=self.last_outside.numpy(),
                     nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None, coefs_key=None,
                     geo=numba_geometry(),
@@ -353,6 +381,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
                                     cfg.obs_noise_ang_vel]
         c[fk.DIST_FORCE], c[fk.DIST_TORQUE], c[fk.ARM], c[fk.GRAV] = (cfg.disturbance_force, cfg.disturbance_torque,
                                                                       ARM, GRAVITY)
+        c[fk.POS_DECAY] = self.position_decay
         c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
         if self.dr_ranges:
             c[fk.DR_RANGE:fk.DR_RANGE + 12] = [v for r in self.dr_ranges.values() for v in r]
@@ -361,23 +390,27 @@ class QuadrotorHoverEnv(ManagedVecEnv):
 
     def reset(self, seed: int | None = None) -> tuple[Obs, dict]:
         if self._fused is None:
-            return super().reset(seed)
+            obs, info = super().reset(seed)
+            return self._keep_average(obs), info
         f = self._fused
         if seed is not None:
             self.generator.manual_seed(int(seed))
             f["rng"][0] = _stream_seed(self.generator.initial_seed())  # a negative seed wraps as torch's does
         pol, cri = self._obs_buffers()
         f["kernel"].hover_reset(f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"],
-                                f["nominal"], self._coefs(), f["rng"], pol, cri)
+                                f["nominal"], self._coefs(), f["rng"], pol, cri, f["pos_avg"])
         return {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}, {}
 
     def _obs_buffers(self) -> tuple[np.ndarray, np.ndarray]:
         n = self.num_envs
-        return np.empty((n, 18 + self.actions.shape[1]), np.float32), np.empty((n, self._critic_dim), np.float32)
+        return (np.empty((n, 18 + self.actions.shape[1] + self.pos_average.shape[1]), np.float32),
+                np.empty((n, self._critic_dim), np.float32))
 
     def step(self, action: torch.Tensor):
         if self._fused is None:
-            return super().step(action)
+            out = super().step(action)
+            self._keep_average(out[0])
+            return out
         f, n = self._fused, self.num_envs
         action = self._check_action(action)
         self.total_env_steps += n
@@ -390,7 +423,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         num_bad, any_done = f["kernel"].hover_step(
             _as_numpy(action), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
             f["last_out"], f["nominal"], self._coefs(), self.params.dt, f["geo"], f["rng"], pol, cri, final_pol,
-            final_cri, reward, terminated, truncated, success, faulted, log)
+            final_cri, reward, terminated, truncated, success, faulted, log, f["pos_avg"])
         self.num_nan_resets += num_bad
         info = {"log": dict(zip(f["log_names"], log.tolist())), "faulted": torch.from_numpy(faulted)}
         info["log"]["nan_resets"] = float(num_bad)
@@ -411,7 +444,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             kinematic = concat(mirror_vector(m, 0), mirror_rotation(m, 3), mirror_vector(m, 12), mirror_axial(m, 15))
             plant = [permutation(range(DR_CRITIC), 28)] if self.dr_ranges else []  # scalars: invariant
             elements.append({
-                "policy": concat(kinematic, permutation(perm, 18, h)),
+                "policy": concat(kinematic, permutation(perm, 18, h),
+                                 *([mirror_vector(m, 18 + 4 * h)] if self.pos_average.shape[1] else [])),
                 "critic": concat(kinematic, mirror_vector(m, 18), mirror_axial(m, 21), permutation(perm, 24), *plant),
                 "action": permutation(perm),
             })
@@ -459,7 +493,10 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             critic += (Term("dr_log_factors", DR_CRITIC, "1", "", "log of the factors: " + ", ".join(DR_LOG)),)
         action = ActionTerm("rpm_command", 4, "rpm", scale=rpm_half, offset=rpm_half,
                             description="commanded rotor speeds of rotors 0-3 (kernels/quadrotor.py ROTOR_X/Y/DIR)")
-        return Layout({"policy": (*state, history), "critic": critic}, (action,), 1.0 / self.params.dt,
+        average = (Term("pos_w_average", 3, "m", "world", f"exponential average of pos_w, time constant "
+                        f"{self.cfg.position_average_s} s", source="average", average_of="pos_w",
+                        average_decay=self.position_decay),) if self.pos_average.shape[1] else ()
+        return Layout({"policy": (*state, history, *average), "critic": critic}, (action,), 1.0 / self.params.dt,
                       notes="x forward, y left, z up; the set-point is the origin; observation noise is not part of "
                             "the layout (sensors bring their own)",
                       extras={"hover_action": self.hover_action, "rpm_max": self.params.rpm_max,
@@ -488,7 +525,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def state_dict(self) -> dict:
         s = super().state_dict()
         s.update(sim=self.sim.get_state(), actions=self.actions.clone(), last_outside=self.last_outside.clone(),
-                 noise_scale=self.noise_scale.clone(),
+                 noise_scale=self.noise_scale.clone(), pos_average=self.pos_average.clone(),
                  weights=dict(vars(self.weights)), total_env_steps=self.total_env_steps)
         if self._fused is not None:
             s["fused_rng"] = int(self._fused["rng"][0])
@@ -498,6 +535,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         super().load_state_dict(state)
         self.sim.set_state(state["sim"])
         self.actions.copy_(state["actions"])
+        if "pos_average" in state and state["pos_average"].shape == self.pos_average.shape:
+            self.pos_average.copy_(state["pos_average"])
         self.last_outside.copy_(state["last_outside"])
         if "noise_scale" in state:
             self.noise_scale.copy_(state["noise_scale"])
