@@ -111,7 +111,7 @@ def test_quadrotor_actor_stores_shared_weights_once(bundle):
     size = bundle["meta"]["c"]["size"]
     actor = embodied.load_policy(bundle["run"]).actor
     folded = sum(op.arrays["W"].size + op.arrays["b"].size for op in fold(program(actor)[0]) if op.kind == "dense")
-    assert folded * 4 > 100_000  # the folded 82-128-128-4 matrices are ~110 KB
+    assert folded * 4 > 100_000  # the folded 85-128-128-4 matrices are ~110 KB
     assert size["flash"] < folded * 4 / 2.5  # the free parameters: ~1/4 of them, plus code and index tables
 
 
@@ -121,11 +121,13 @@ def test_program_equals_the_actor(kind):
     env = embodied.make_env("quadrotor-hover", num_envs=64)
     obs, _ = env.reset(seed=0)
     group = env.symmetry_group().to_spec()
-    torch.manual_seed(0)
-    actor = {"td3_group": lambda: DeterministicActor(82, 4, [128, 128], "relu", False, group=group),
-             "td3_plain_tanh_norm": lambda: DeterministicActor(82, 4, [64, 64], "tanh", True),
-             "ppo_elu": lambda: GaussianActor(82, 4, [64, 32], "elu"),
-             "sac_group_norm": lambda: SquashedGaussianActor(82, 4, [64, 64], "relu", True, group=group)}[kind]()
+    torch.manual_seed(1)
+    d = env.single_observation_space["policy"].shape[0]  # 18 + 64 action history + 3 position average
+    assert d == 85
+    actor = {"td3_group": lambda: DeterministicActor(d, 4, [128, 128], "relu", False, group=group),
+             "td3_plain_tanh_norm": lambda: DeterministicActor(d, 4, [64, 64], "tanh", True),
+             "ppo_elu": lambda: GaussianActor(d, 4, [64, 32], "elu"),
+             "sac_group_norm": lambda: SquashedGaussianActor(d, 4, [64, 64], "relu", True, group=group)}[kind]()
     x = obs["policy"]
     if hasattr(actor.normalizer, "update"):
         actor.normalizer.update(x * 3 + 1)
@@ -134,7 +136,7 @@ def test_program_equals_the_actor(kind):
     ref = actor.act(x).double().numpy()
     assert 0.01 < np.abs(ref).mean() < 0.9  # not saturated
     ops, dim = program(actor)
-    assert dim == 82
+    assert dim == d
     assert np.abs(run_numpy(ops, x.numpy()) - ref).max() < 1e-6
     assert np.abs(run_numpy(fold(ops), x.numpy()) - ref).max() < 1e-6
     assert np.abs(ProgramModule(fold(ops))(x).detach().numpy() - ref).max() < 1e-6
@@ -145,8 +147,9 @@ def test_quadrotor_layout_describes_its_observation():
     env = embodied.make_env("quadrotor-hover", num_envs=2, action_history=8)
     layout = env.layout()
     h = env.cfg.action_history
-    assert [t.name for t in layout.terms("policy")] == ["pos_w", "rot_wb", "lin_vel_w", "ang_vel_b", "action_history"]
-    assert layout.group_size("policy") == env.single_observation_space["policy"].shape[0] == 18 + 4 * h
+    assert [t.name for t in layout.terms("policy")] == ["pos_w", "rot_wb", "lin_vel_w", "ang_vel_b", "action_history",
+                                                        "pos_w_average"]
+    assert layout.group_size("policy") == env.single_observation_space["policy"].shape[0] == 18 + 4 * h + 3
     assert layout.robot_size() == 18 and layout.control_hz == 100.0
     assert layout.slices("policy")["action_history"] == slice(18, 18 + 4 * h)
     (hist,) = [t for t in layout.terms("policy") if t.source == "history"]

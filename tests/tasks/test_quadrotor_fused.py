@@ -149,8 +149,8 @@ def test_observation_layout_noise_and_action_history():
     for a in actions:
         obs, *_ = env.step(a)
     pol, cri = obs["policy"], obs["critic"]
-    assert pol.shape == (4000, 18 + 4 * h) and cri.shape == (4000, 28)
-    hist = pol[:, 18:].reshape(4000, h, 4)
+    assert pol.shape == (4000, 18 + 4 * h + 3) and cri.shape == (4000, 28)
+    hist = pol[:, 18:18 + 4 * h].reshape(4000, h, 4)
     assert torch.equal(hist[:, :-4], torch.zeros(4000, h - 4, 4))  # oldest first, zero before the first step
     for k, a in enumerate(actions):
         assert torch.equal(hist[:, h - 4 + k], a)

@@ -82,10 +82,10 @@ def test_observation_layout_and_action_history():
     a1, a2 = torch.full((2, 4), 0.1), torch.full((2, 4), -0.2)
     env.step(a1)
     obs, *_ = env.step(a2)
-    assert obs["policy"].shape == (2, 146) and obs["critic"].shape == (2, 28)
+    assert obs["policy"].shape == (2, 18 + 128 + 3) and obs["critic"].shape == (2, 28)
     rot = obs["policy"][0, 3:12].reshape(3, 3)
     torch.testing.assert_close(rot, torch.eye(3), atol=1e-4, rtol=0)  # level
-    hist = obs["policy"][0, 18:].reshape(32, 4)
+    hist = obs["policy"][0, 18:146].reshape(32, 4)
     assert torch.equal(hist[-1], a2[0]) and torch.equal(hist[-2], a1[0]) and bool((hist[:-2] == 0).all())
     # critic: true rotor speeds normalized to [-1, 1] in its last 4 entries
     rpm = env.sim.rpm[0] * 2 / QuadrotorParams().rpm_max - 1

@@ -30,6 +30,7 @@ from embodied.tasks.quadrotor.hover import MIRRORS, QuadrotorHoverConfig, Quadro
 @dataclass
 class QuadrotorRatesConfig(QuadrotorHoverConfig):
     kernel: str = "torch"  # the fused numba step is RPM-level; this task runs the tensor path
+    position_average_s: float = 0.0  # the hover task's position average: not measured on this task
     max_rate_rp: float = 6.0  # [rad/s] roll and pitch rate at |a| = 1
     max_rate_yaw: float = 3.0  # [rad/s]
     rate_gain_rp: float = 20.0  # [1/s] proportional rate gain (with the lag inversion: a ~0.05 s rate response)
@@ -111,14 +112,15 @@ class QuadrotorRatesEnv(QuadrotorHoverEnv):
         for (m, _), e in zip(MIRRORS, base.elements):
             act = concat(permutation([0]), mirror_axial(m, 1))
             hist = concat(*[concat(permutation([0], 18 + 4 * k), mirror_axial(m, 18 + 4 * k + 1)) for k in range(h)])
-            pol = e["policy"]
-            elements.append({"policy": (pol[0][:18] + hist[0], pol[1][:18] + hist[1]), "critic": e["critic"],
+            pol, end = e["policy"], 18 + 4 * h  # the position average after the history mirrors as in hover
+            elements.append({"policy": (pol[0][:18] + hist[0] + pol[0][end:], pol[1][:18] + hist[1] + pol[1][end:]),
+                             "critic": e["critic"],
                              "action": act})
         return SymmetryGroup(elements, self.device)
 
     def layout(self) -> Layout:
         base = super().layout()
-        hist = base.terms("policy")[-1]
+        (hist,) = [t for t in base.terms("policy") if t.source == "history"]
         cfg = self.cfg
         action = (ActionTerm("collective_thrust", 1, "1", scale=0.5, offset=0.5,
                              description=f"fraction of the maximum total thrust ({self.t_max:.4f} N)"),
@@ -129,8 +131,8 @@ class QuadrotorRatesEnv(QuadrotorHoverEnv):
         extras = dict(base.extras, hold_action=hold, land_action=[2 * (0.8 * (hold[0] + 1) / 2) - 1, 0.0, 0.0, 0.0],
                       max_rates=[cfg.max_rate_rp, cfg.max_rate_rp, cfg.max_rate_yaw], max_thrust_n=self.t_max,
                       hover_action=hold)
-        policy = (*base.terms("policy")[:-1], dataclasses.replace(
-            hist, description=hist.description.replace("actions as commanded", "(thrust, rate) actions")))
+        described = hist.description.replace("actions as commanded", "(thrust, rate) actions")
+        policy = tuple(dataclasses.replace(t, description=described) if t is hist else t for t in base.terms("policy"))
         return Layout({"policy": policy, "critic": base.terms("critic")}, action, base.control_hz, base.notes, extras)
 
 
