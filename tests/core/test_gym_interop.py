@@ -189,7 +189,7 @@ def test_next_step_partial_reset_step_shows_a_fresh_initial_state():
         obs, rew, term, trunc, _ = env.step(rng.choice([-1.0, 1.0], size=(n, 4)).astype(np.float32))
         if due.any():
             np.testing.assert_array_equal(obs["critic"][due], np.broadcast_to(start, obs["critic"][due].shape))
-            assert np.all(obs["policy"][due, 18:] == 0.0)  # an empty action history
+            assert np.all(obs["policy"][due, 18:18 + 4 * 16] == 0.0)  # an empty action history (then the average)
             partial_steps += bool(not due.all())
         assert not np.array_equal(obs["critic"][~due], np.broadcast_to(start, obs["critic"][~due].shape))
         due = term | trunc

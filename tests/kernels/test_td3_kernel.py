@@ -74,8 +74,10 @@ def test_numba_step_matches_the_torch_step(tmp_path, overrides):
         for k in ma:
             assert float(ma[k]) == pytest.approx(float(mb[k]), rel=2e-5, abs=1e-6), (step, k)
         sa, sb = _state(a), _state(b)
-        for k in sa:
-            torch.testing.assert_close(sa[k], sb[k], rtol=1e-4, atol=2e-6,
+        for k in sa:  # atol: Adam moves a weight whose gradient is near its eps (1e-8) by a fraction of lr that
+            # depends on that gradient's last digits (one critic weight with a 3e-8 gradient, against a 2e-3 median,
+            # moves 2.9e-6 apart when the 85-entry hover observation sums in another order)
+            torch.testing.assert_close(sa[k], sb[k], rtol=1e-4, atol=5e-6,
                                        msg=lambda m, s=step, k=k: f"step {s} {k}: {m}")
     # the torch modules see the kernel's writes: acting and the target actor read the new weights
     x = torch.randn(5, a._head_dims[0])
