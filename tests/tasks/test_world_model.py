@@ -358,7 +358,7 @@ def test_faulted_real_rows_are_not_fitted():
     assert im.store.get("initial").flatten().tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 0]
 
 
-def test_action_history_terms_are_kept_exactly_not_predicted():
+def test_action_history_and_average_terms_are_kept_exactly_not_predicted():
     from embodied.tasks.world_model.env import WorldModelEnv
 
     real = embodied.make_env("quadrotor-hover", num_envs=4, seed=0)
@@ -373,8 +373,13 @@ def test_action_history_terms_are_kept_exactly_not_predicted():
     _, _, _, _, info = env.step(action)
     history = slice(18, 82)  # pos, rot, lin vel, ang vel (18), then 16 past actions of 4
     expected = torch.cat([before["policy"][:, history][:, 4:], action.clamp(-1.0, 1.0)], 1)
-    assert torch.equal(info["final_obs"]["policy"][:, history], expected)
-    assert env.sim.disagreement_dims.numel() == starts.shape[1] - 64  # the history is left out of it
+    after = info["final_obs"]["policy"]
+    assert torch.equal(after[:, history], expected)
+    # then the position's 1 s average, advanced from the predicted position as the task advances it
+    d = real.position_decay
+    assert torch.equal(after[:, 82:85], before["policy"][:, 82:85] * d + after[:, :3] * (1.0 - d))
+    assert not torch.equal(after[:, :3], before["policy"][:, :3])
+    assert env.sim.disagreement_dims.numel() == starts.shape[1] - 64 - 3  # history and average are left out of it
 
 
 def test_imagine_step_is_the_env_step_and_carries_gradients():

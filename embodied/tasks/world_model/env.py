@@ -102,18 +102,27 @@ class WorldModelEnv(ManagedVecEnv):
         # the task's observation, flat (for the ensemble it is also the model's state, sim.x)
         self._obs = torch.zeros(self.num_envs, obs_dim, device=self.device)
         # the task's action-history terms: kept exactly (shifted, the new action appended), not predicted, and left
-        # out of the disagreement, as the deploy runner keeps them on a robot (core/layout.py)
+        # out of the disagreement, as the deploy runner keeps them on a robot (core/layout.py); its average terms
+        # likewise, from the predicted (and held) entries they average: (average, averaged, decay)
         self._history: list[slice] = []
+        self._averages: list[tuple[slice, slice, float]] = []
         start = 0
         for group, size in self.groups:
             if group in self._layout.observation:
-                for term, sl in zip(self._layout.terms(group), self._layout.slices(group).values()):
+                slices = self._layout.slices(group)
+                for term, sl in zip(self._layout.terms(group), slices.values()):
                     if term.source == "history":
                         self._history.append(slice(start + sl.start, start + sl.stop))
+                    elif term.source == "average":
+                        src = slices[term.average_of]
+                        self._averages.append((slice(start + sl.start, start + sl.stop),
+                                               slice(start + src.start, start + src.stop), term.average_decay))
             start += size
-        if self._history and self.kind != "rssm":
+        self._averages.sort(key=lambda a: a[0].start)
+        derived = self._history + [avg for avg, _, _ in self._averages]
+        if derived and self.kind != "rssm":
             free = torch.ones(obs_dim, dtype=torch.bool)
-            for sl in self._history:
+            for sl in derived:
                 free[sl] = False
             self.sim.disagreement_dims = free.nonzero().squeeze(1).to(self.device)
         self._data_low = self._data_high = None  # the widened range of the real states (data_margin)
@@ -159,7 +168,7 @@ class WorldModelEnv(ManagedVecEnv):
             lo, hi = starts.amin(0).to(self.device, torch.float32), starts.amax(0).to(self.device, torch.float32)
             pad = self.cfg.data_margin * (hi - lo)
             self._data_low, self._data_high = lo - pad, hi + pad
-            for sl in self._history:  # kept exactly: never held
+            for sl in self._history + [avg for avg, _, _ in self._averages]:  # kept exactly: never held
                 self._data_low[sl], self._data_high[sl] = -math.inf, math.inf
 
     # ---- task hooks ---------------------------------------------------------------------------------------
@@ -184,8 +193,9 @@ class WorldModelEnv(ManagedVecEnv):
               action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """What a step does to an ensemble's prediction of the flat observation after ``before`` (differentiable):
         the action-history terms kept exactly (shifted, ``action`` appended), the observation held within the bounds
-        the real one has (unit vectors, speed limits) and near the real states (``data_margin``). Returns the
-        observation and the rows the data range held (None without one)."""
+        the real one has (unit vectors, speed limits) and near the real states (``data_margin``), the average terms
+        advanced from what they average there. Returns the observation and the rows the data range held (None
+        without one)."""
         obs = predicted
         if self._history:
             a, parts, at = action.shape[1], [], 0
@@ -195,9 +205,20 @@ class WorldModelEnv(ManagedVecEnv):
             obs = torch.cat([*parts, obs[:, at:]], 1)
         obs = torch.minimum(torch.maximum(obs, self._low), self._high)
         if self._data_low is None:
-            return obs, None
+            return self._advance_averages(before, obs), None
         kept = torch.minimum(torch.maximum(obs, self._data_low), self._data_high)
-        return kept, (kept != obs).any(1)
+        return self._advance_averages(before, kept), (kept != obs).any(1)
+
+    def _advance_averages(self, before: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` with each average term ``decay * (its value in before) + (1 - decay) * (the averaged entries in
+        obs)``, as the task and the deploy runner advance it (differentiable)."""
+        if not self._averages:
+            return obs
+        parts, at = [], 0
+        for avg, src, d in self._averages:
+            parts += [obs[:, at:avg.start], before[:, avg] * d + obs[:, src] * (1.0 - d)]
+            at = avg.stop
+        return torch.cat([*parts, obs[:, at:]], 1)
 
     def imagine_step(self, obs: Obs, action: torch.Tensor, generator: torch.Generator,
                      sample: bool = True) -> tuple[Obs, torch.Tensor, torch.Tensor]:
