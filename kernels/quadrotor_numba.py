@@ -165,7 +165,7 @@ def normal_pair(rng):
 
 # ---- pieces -----------------------------------------------------------------------------------
 @nb.njit(inline="always", fastmath=FASTMATH, cache=True, error_model="numpy")
-def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pos_avg):
+def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng):
     """Initial state of env ``i`` (QuadrotorHoverEnv._reset_idx and _sample_params)."""
     xi, pi = x[i], p[i]
     for j in range(3):
@@ -356,7 +356,7 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
                 for j in range(cri.shape[1]):
                     if not math.isfinite(final_cri[i, j]):
                         final_cri[i, j] = 0.0
-            _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pos_avg)
+            _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
             _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, pos_avg)
     return num_bad, any_done
 
@@ -365,5 +365,5 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
 def hover_reset(x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pol, cri, pos_avg):
     """Initial states and observations of every env."""
     for i in range(x.shape[0]):
-        _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pos_avg)
+        _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
         _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, pos_avg)
