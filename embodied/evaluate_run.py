@@ -45,6 +45,7 @@ def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: 
     policy = policy_from_checkpoint(ckpt, run_dir)  # one read of the checkpoint (a full one holds the replay)
     seed = eval_seed(cfg) if seed is None else seed
     env = make_eval_env(cfg, num_envs=episodes)
+    _check_inputs(ckpt, env, run_dir)
     if video:  # before the evaluation, not after it
         _check_renders(env, cfg.task)
     result = {"task": cfg.task, "step": ckpt["step"], "episodes": episodes,
@@ -52,6 +53,16 @@ def evaluate_run(run_dir: Path, episodes: int = 100, video: bool = False, seed: 
     if video:
         result["video"] = str(record_video(policy, cfg, Path(run_dir) / "videos", seed))
     return result
+
+
+def _check_inputs(ckpt: dict, env, run_dir) -> None:
+    """The run's policy reads as many observation entries as its task gives now (one line where not: a run of an
+    older version whose task has changed its observation)."""
+    want = ckpt["policy"]["spec"].get("kwargs", {}).get("obs_dim")
+    have = env.single_observation_space["policy"].shape
+    if want is not None and have and len(have) == 1 and int(want) != int(have[0]):
+        raise UserError(f"the policy of {run_dir} reads {want} observation entries; task {ckpt['config']['task']} "
+                        f"gives {have[0]} with the run's settings (a run of another version of the task?)")
 
 
 def _check_renders(env, task: str) -> None:

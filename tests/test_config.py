@@ -113,3 +113,22 @@ def test_runtime_sim_threads_reaches_the_task():
         load_config("quadrotor-hover", None, ["runtime.sim_threads=2"])
     with pytest.raises(UserError, match=">= 1"):
         load_config("halfcheetah", None, ["runtime.sim_threads=0"])
+
+
+def test_a_saved_config_without_a_newer_setting_runs_as_it_ran():
+    """A task setting added after a run was saved takes the value the run had (the config class's SAVED_BEFORE),
+    not the new default; a run whose policy reads another observation size than its task gives is one line."""
+    import embodied
+    from embodied.evaluate_run import _check_inputs
+
+    data = to_dict(load_config("quadrotor-hover"))
+    assert data["env"]["position_average_s"] == 1.0  # the default now
+    assert config_from_dict(data).env.position_average_s == 1.0
+    del data["env"]["position_average_s"]  # a run saved before the setting existed
+    assert config_from_dict(data).env.position_average_s == 0.0
+    env = embodied.make_env("quadrotor-hover")
+    ckpt = {"policy": {"spec": {"name": "deterministic_mlp", "kwargs": {"obs_dim": 82}}}, "config": data}
+    with pytest.raises(UserError, match="reads 82 observation entries; task quadrotor-hover gives 85"):
+        _check_inputs(ckpt, env, "RUN")
+    ckpt["policy"]["spec"]["kwargs"]["obs_dim"] = 85
+    _check_inputs(ckpt, env, "RUN")

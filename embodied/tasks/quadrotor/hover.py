@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -102,6 +103,9 @@ class DomainRandomizationConfig:
 
 @dataclass
 class QuadrotorHoverConfig:
+    # what a run saved before a setting existed ran with (config_from_dict): no position average before stop 39
+    SAVED_BEFORE: ClassVar[dict] = {"position_average_s": 0.0}
+
     episode_s: float = 5.0  # [s]
     success_radius: float = 0.1  # [m]
     success_hold_s: float = 2.0  # [s] final window that must stay inside the radius
