@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,8 +53,11 @@ def _passed(success: float) -> bool:
 
 
 # ---- ours -----------------------------------------------------------------------------------------
-def run_ours(seed: int, extra: list[str], timeout_s: float) -> dict:
-    run_dir = Path(tempfile.mkdtemp(prefix="l2f_ours_")) / "run"
+def run_ours(seed: int, extra: list[str], timeout_s: float, run_dir: Path) -> dict:
+    """One run of ours into ``run_dir`` (replaced when it exists); its older checkpoints are removed afterwards (the
+    newest holds the run's policy, which the fresh check here and bench_hover_ceiling.py read)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
     cmd = ["embodied", "train", "--task", "quadrotor-hover", "--run-dir", str(run_dir), f"seed={seed}",
            "log.progress=false", *extra]
     t0 = time.perf_counter()
@@ -66,9 +70,12 @@ def run_ours(seed: int, extra: list[str], timeout_s: float) -> dict:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval/success" in r]
     solved = next((r for r in rows if "solved/train_s" in r), None)
+    from embodied.checkpoint import checkpoint_paths
     from embodied.evaluate_run import evaluate_run
 
     fresh = evaluate_run(run_dir, episodes=EVAL_EPISODES, seed=FRESH_SEED + seed)
+    for old in checkpoint_paths(run_dir)[:-1]:  # each holds the replay: 80-800 MB
+        old.unlink()
     return {
         "learner": "ours", "seed": seed, "command": " ".join(cmd), "returncode": returncode,
         "process_wall_s": round(wall, 2),
@@ -236,7 +243,8 @@ def main() -> None:
         if path.exists() and not args.force:
             continue
         print(f"running {name} seed {seed}", file=sys.stderr, flush=True)
-        res = run_ours(seed, args.ours_args, args.ours_timeout_s) if name == "ours" else run_peer(
+        res = run_ours(seed, args.ours_args, args.ours_timeout_s, out / "runs" / f"ours_seed{seed}") \
+            if name == "ours" else run_peer(
             name, seed, args.peer_cap_s)
         path.write_text(json.dumps(res, indent=1))
     results = {}
