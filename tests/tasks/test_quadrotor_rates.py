@@ -3,6 +3,7 @@ dynamics with (thrust, body-rate) actions, and the layout."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import embodied
@@ -56,9 +57,10 @@ def test_motor_lag_inversion_reaches_the_desired_speed_in_one_step():
     torch.testing.assert_close(env.motor_estimate, want, rtol=1e-5, atol=0)
 
 
-def test_mirror_group_is_a_symmetry_of_the_rate_controlled_dynamics():
+@pytest.mark.parametrize("average_s", [0.0, 0.5])  # with hover's position average after the history too
+def test_mirror_group_is_a_symmetry_of_the_rate_controlled_dynamics(average_s):
     env = embodied.make_env("quadrotor-hover-rates", num_envs=4, obs_noise_position=0.0, obs_noise_orientation=0.0,
-                            obs_noise_lin_vel=0.0, obs_noise_ang_vel=0.0)
+                            obs_noise_lin_vel=0.0, obs_noise_ang_vel=0.0, position_average_s=average_s)
     group = env.symmetry_group()
     env.reset(seed=3)
     gen = torch.Generator().manual_seed(0)
@@ -85,6 +87,9 @@ def test_mirror_group_is_a_symmetry_of_the_rate_controlled_dynamics():
     env.sim.set_params_idx(ids, torch.stack(ps))
     h = env.cfg.action_history
     env.actions[:] = torch.cat([group.apply("action", hist0.reshape(h, 4), g).reshape(1, -1) for g in range(4)])
+    if average_s:
+        avg0 = torch.randn(3, generator=gen) * 0.1
+        env.pos_average[:] = torch.stack([torch.tensor(m) * avg0 for m, _ in MIRRORS])
     obs, reward, *_ = env.step(torch.cat([group.apply("action", u0, g) for g in range(4)]))
     for g in range(4):
         for key in ("policy", "critic"):
@@ -96,6 +101,12 @@ def test_layout_and_plant():
     env = embodied.make_env("quadrotor-hover-rates", num_envs=1)
     layout = env.layout()
     layout.check({g: s.shape for g, s in env.single_observation_space.spaces.items()}, env.single_action_space.shape)
+    averaged = embodied.make_env("quadrotor-hover-rates", num_envs=1, position_average_s=1.0)
+    names = [t.name for t in averaged.layout().terms("policy")]
+    assert names[-2:] == ["action_history", "pos_w_average"] and "(thrust, rate)" in averaged.layout().terms(
+        "policy")[-2].description
+    averaged.layout().check({g: s.shape for g, s in averaged.single_observation_space.spaces.items()},
+                            averaged.single_action_space.shape)
     assert [t.name for t in layout.action] == ["collective_thrust", "roll_pitch_rates", "yaw_rate"]
     assert layout.extras["hold_action"][0] == float(env.hover_action[0]) and layout.robot_size() == 18
     env.scale_plant(mass=1.1)
