@@ -409,9 +409,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         return {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}, {}
 
     def _obs_buffers(self) -> tuple[np.ndarray, np.ndarray]:
-        n = self.num_envs
-        return (np.empty((n, 18 + self.actions.shape[1] + self.pos_average.shape[1]), np.float32),
-                np.empty((n, self._critic_dim), np.float32))
+        n, dim = self.num_envs, self.single_observation_space["policy"].shape[0]
+        return np.empty((n, dim), np.float32), np.empty((n, self._critic_dim), np.float32)
 
     def step(self, action: torch.Tensor):
         if self._fused is None:

@@ -119,10 +119,10 @@ class WorldModelEnv(ManagedVecEnv):
                                                slice(start + src.start, start + src.stop), term.average_decay))
             start += size
         self._averages.sort(key=lambda a: a[0].start)
-        derived = self._history + [avg for avg, _, _ in self._averages]
-        if derived and self.kind != "rssm":
+        self._exact = self._history + [avg for avg, _, _ in self._averages]  # the entries the env keeps itself
+        if self._exact and self.kind != "rssm":
             free = torch.ones(obs_dim, dtype=torch.bool)
-            for sl in derived:
+            for sl in self._exact:
                 free[sl] = False
             self.sim.disagreement_dims = free.nonzero().squeeze(1).to(self.device)
         self._data_low = self._data_high = None  # the widened range of the real states (data_margin)
@@ -168,7 +168,7 @@ class WorldModelEnv(ManagedVecEnv):
             lo, hi = starts.amin(0).to(self.device, torch.float32), starts.amax(0).to(self.device, torch.float32)
             pad = self.cfg.data_margin * (hi - lo)
             self._data_low, self._data_high = lo - pad, hi + pad
-            for sl in self._history + [avg for avg, _, _ in self._averages]:  # kept exactly: never held
+            for sl in self._exact:  # kept exactly: never held
                 self._data_low[sl], self._data_high[sl] = -math.inf, math.inf
 
     # ---- task hooks ---------------------------------------------------------------------------------------
