@@ -16,13 +16,25 @@ pytestmark = pytest.mark.skipif(not numba_available(), reason="numba is not inst
 NO_NOISE = dict(obs_noise_position=0.0, obs_noise_orientation=0.0, obs_noise_lin_vel=0.0, obs_noise_ang_vel=0.0)
 
 
-def pair(n, **kw):
+def pair(n, device="cpu", **kw):
+    """The fused env (CPU) and the torch reference on ``device``."""
     fused = embodied.make_env("quadrotor-hover", num_envs=n, seed=1, **kw)
-    ref = embodied.make_env("quadrotor-hover", num_envs=n, seed=1, kernel="torch", **kw)
+    ref = embodied.make_env("quadrotor-hover", num_envs=n, seed=1, kernel="torch", device=device, **kw)
     assert fused._fused is not None and ref._fused is None
     fused.reset(seed=3)
     ref.reset(seed=3)
     return fused, ref
+
+
+def on_cpu(tree):
+    """A step's outputs (tensors in tuples and dicts) on the CPU."""
+    if isinstance(tree, torch.Tensor):
+        return tree.cpu()
+    if isinstance(tree, dict):
+        return {k: on_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(on_cpu(v) for v in tree)
+    return tree
 
 
 def sync(ref, fused):
@@ -36,17 +48,23 @@ def sync(ref, fused):
     ref.pos_average.copy_(fused.pos_average)
 
 
-@pytest.mark.parametrize("kw", [
-    {"termination_radius": 1e3},  # episodes end by the time limit
-    {"domain_randomization": {"enabled": True}, "reward": {"termination_penalty": 3.0}, "termination_radius": 0.4},
-    {"position_average_s": 0.05, "termination_radius": 0.5},  # the position average in the actor observation
+AVERAGED = {"position_average_s": 0.05, "termination_radius": 0.5}  # the position average in the actor observation
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.parametrize("kw, device", [
+    ({"termination_radius": 1e3}, "cpu"),  # episodes end by the time limit
+    ({"domain_randomization": {"enabled": True}, "reward": {"termination_penalty": 3.0}, "termination_radius": 0.4},
+     "cpu"),
+    (AVERAGED, "cpu"),
+    pytest.param(AVERAGED, "cuda", marks=CUDA),  # the torch path on CUDA: the whole task step, not only physics
 ])
-def test_fused_step_matches_the_torch_reference(kw):
+def test_fused_step_matches_the_torch_reference(kw, device):
     """600 steps (more than one episode) of random actions, state re-synchronized before each step:
     everything the step returns agrees, to float32 round-off (the RK4 sums in another order: 1e-5 on
     states; rewards to 1e-5 relative)."""
     n = 48
-    fused, ref = pair(n, **NO_NOISE, **kw)
+    fused, ref = pair(n, device, **NO_NOISE, **kw)
     g = torch.Generator().manual_seed(0)
     ends = terminations = 0
     for _ in range(600):
@@ -54,7 +72,7 @@ def test_fused_step_matches_the_torch_reference(kw):
         action = torch.rand(n, 4, generator=g) * 2.4 - 1.2  # also outside [-1, 1]: clipped by both
         of, rf, tf, uf, inf = fused.step(action)
         x_fused = fused.sim.x.clone()
-        orf, rr, tr, ur, inr = ref.step(action)
+        orf, rr, tr, ur, inr = on_cpu(ref.step(action.to(ref.device)))
         assert torch.equal(tf, tr) and torch.equal(uf, ur)
         torch.testing.assert_close(rf, rr, rtol=1e-5, atol=2e-6)
         done = tr | ur
@@ -68,10 +86,10 @@ def test_fused_step_matches_the_torch_reference(kw):
             ends += int(done.sum())
             terminations += int(tr.sum())
         live = ~done  # envs that were not reset hold the same state and observation
-        torch.testing.assert_close(x_fused[live], ref.sim.x[live], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(x_fused[live], ref.sim.x.cpu()[live], rtol=1e-4, atol=1e-5)
         for k in ("policy", "critic"):
             torch.testing.assert_close(of[k][live], orf[k][live], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(fused.pos_average[live], ref.pos_average[live], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(fused.pos_average[live], ref.pos_average.cpu()[live], rtol=1e-4, atol=1e-6)
     assert ends > 0 and (terminations > 0) == (kw.get("termination_radius") in (0.4, 0.5))
 
 
