@@ -132,3 +132,15 @@ def test_a_saved_config_without_a_newer_setting_runs_as_it_ran():
         _check_inputs(ckpt, env, "RUN")
     ckpt["policy"]["spec"]["kwargs"]["obs_dim"] = 85
     _check_inputs(ckpt, env, "RUN")
+
+
+def test_a_model_trained_learner_is_the_real_tasks_own():
+    """``wm:quadrotor-hover`` trains the learner of quadrotor-hover's preset in the model (dream-to-real compares
+    the two): the same policy settings and the same TD3 but for what the model run sets by design (its warm-up,
+    update ratio, buffer and evaluation cadence). The LayerNorm critics once reached only one of them."""
+    real, model = load_config("quadrotor-hover"), load_config("wm:quadrotor-hover")
+    assert model.algo == real.algo == "td3" and model.policy == real.policy
+    by_design = {"warmup_steps", "updates_per_step", "buffer_size", "kernel_threads"}
+    differ = {f.name for f in dataclasses.fields(real.algo_config)
+              if getattr(real.algo_config, f.name) != getattr(model.algo_config, f.name)}
+    assert differ <= by_design, differ - by_design
