@@ -1,7 +1,10 @@
 """Where a pick-place policy fails (issue 12's residual lift diagnosis): the run's policy (``load_policy``) on the
 first episode of each of ``--episodes`` envs (``embodied eval``'s starts), each episode classed by the cube's path:
 ``success``, ``never lifted`` (the cube never rose 1 cm: the grasp missed and was not retried), ``over the plate``
-(it ended above the plate, not resting on it) or ``lifted, not placed`` (lifted, then dropped or carried elsewhere);
+(it ended above the plate, not resting on it: split by the state before the episode's last action into ``held above the plate``, the
+command closed with the cube over 1 cm above its resting height, ``moving over the plate``, the cube at 5 cm/s or
+faster, and ``still off its rest``, the rest: tilted on the plate's edge or wedged) or ``lifted, not placed``
+(lifted, then dropped or carried elsewhere);
 the gripper splits two of them (its command's sign closes, > 0, or opens the fingers): ``never lifted`` into ``never
 closed at the cube`` (the command stayed open on every step the grip point was within 2 cm of the cube) and ``closed,
 not lifted``; ``lifted, not placed`` into ``released`` (the command was open on the cube's last lifted step: the
@@ -45,6 +48,7 @@ def classify(run: Path, episodes: int) -> dict:
         raise SystemExit(f"{run}: a pick-place run is needed, this one is {cfg.task}")
     n = episodes
     lifted, over, near, closed_at, closed_up = (torch.zeros(n, dtype=torch.bool) for _ in range(5))
+    held, moving, end_held, end_moving = (torch.zeros(n, dtype=torch.bool) for _ in range(4))
 
     def watch(live: torch.Tensor, obs: dict, action: torch.Tensor) -> None:
         pos, _ = env.object_pose()
@@ -56,13 +60,18 @@ def classify(run: Path, episodes: int) -> dict:
         closed_at[at_cube] |= closing[at_cube]
         closed_up[live & up] = closing[live & up]  # the command on the newest lifted step
         near[:] = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
+        held[:] = closing & (pos[:, 2] - env.goal[:, 2] > 0.01)
+        moving[:] = env.sim.qvel[:, env.obj_dof:env.obj_dof + 3].norm(dim=1) >= 0.05
 
     def ended(mask: torch.Tensor, terminated: torch.Tensor) -> None:  # where the cube was when the episode ended
-        over[mask] = near[mask]
+        over[mask], end_held[mask], end_moving[mask] = near[mask], held[mask], moving[mask]
 
     success = first_episodes(env, policy, eval_seed(cfg), watch, ended)
     dropped = ~success & lifted & ~over
-    classes = {"success": success, "never lifted": ~success & ~lifted, "over the plate": ~success & lifted & over,
+    on_plate = ~success & lifted & over
+    classes = {"success": success, "never lifted": ~success & ~lifted, "over the plate": on_plate,
+               "held above the plate": on_plate & end_held, "moving over the plate": on_plate & ~end_held & end_moving,
+               "still off its rest": on_plate & ~end_held & ~end_moving,
                "lifted, not placed": dropped, "never closed at the cube": ~success & ~lifted & ~closed_at,
                "closed, not lifted": ~success & ~lifted & closed_at, "released": dropped & ~closed_up,
                "slipped": dropped & closed_up}
