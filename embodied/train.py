@@ -119,6 +119,10 @@ def warm_start(actor: torch.nn.Module, source: str) -> None:
 def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:
     """Start a new run; returns its directory and a summary."""
     torch.manual_seed(cfg.seed)
+    # the folders this start creates, deepest first (the run directory, then the task's folder under the run root
+    # and the root itself where they are new): a failed start removes them again, so it leaves nothing behind
+    below = Path(run_dir) if run_dir else Path(cfg.log.run_root) / cfg.task.replace(":", "-") / "run"
+    made = [p for p in (below, *below.parents) if not p.exists()][1:]
     created = run_dir is None or not Path(run_dir).exists()
     try:
         run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
@@ -128,8 +132,13 @@ def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:
     try:
         runner = build(cfg, run_dir)
     except BaseException:
-        if created:  # a failed start leaves nothing behind
+        if created:
             shutil.rmtree(run_dir, ignore_errors=True)
+            for folder in made:  # empty folders above it that this start made
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
         raise
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     (run_dir / "provenance.json").write_text(json.dumps({"commit": code_commit(), **versions("torch")}, indent=1))

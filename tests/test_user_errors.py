@@ -237,6 +237,14 @@ def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     assert not (tmp_path / "r").exists()  # a failed start leaves no empty run directory
 
 
+@pytest.mark.parametrize("enabled", ["true", "false"])
+def test_a_reversed_randomization_range_is_refused_even_when_off(user_error, tmp_path, enabled):
+    """A range the user set is checked whether or not randomization is on: off, it was silently ignored."""
+    line = user_error(["train", "--task", "quadrotor-hover", "--preset", "debug", "--run-dir", str(tmp_path / "r"),
+                       f"env.domain_randomization.enabled={enabled}", "env.domain_randomization.mass=[1.2,0.8]"])
+    assert "domain_randomization.mass" in line and not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("override,word", [
     ("dreamer-ac.actor_grad=dynamics", "wm:<task>"), ("dreamer-ac.actor_grad=nope", "actor_grad"),
 ], ids=["dynamics-without-a-learned-model", "unknown-actor-grad"])
@@ -254,8 +262,10 @@ def test_unwritable_run_root(user_error, tmp_path):
 
 def test_failed_start_in_a_new_run_root_leaves_nothing(user_error, tmp_path):
     user_error([*TRAIN, f"log.run_root={tmp_path / 'runs'}", "ppo.lr=-1"])
-    assert not [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]  # no stamped run directory content
-    assert not list((tmp_path / "runs").glob("pendulum/*"))
+    assert not (tmp_path / "runs").exists()  # nor the task's folder or the root it made
+    (tmp_path / "kept" / "pendulum").mkdir(parents=True)  # folders that were there before stay
+    user_error([*TRAIN, f"log.run_root={tmp_path / 'kept'}", "ppo.lr=-1"])
+    assert (tmp_path / "kept" / "pendulum").is_dir() and not list((tmp_path / "kept" / "pendulum").iterdir())
 
 
 @pytest.mark.parametrize("command", [_eval, _resume], ids=["eval", "resume"])

@@ -1,10 +1,10 @@
 """Where a pick-place policy fails (issue 12's residual lift diagnosis): the run's policy (``load_policy``) on the
 first episode of each of ``--episodes`` envs (``embodied eval``'s starts), each episode classed by the cube's path:
 ``success``, ``never lifted`` (the cube never rose 1 cm: the grasp missed and was not retried), ``over the plate``
-(it ended above the plate, not resting on it: split by the state before the episode's last action into ``held above the plate``, the
-command closed with the cube over 1 cm above its resting height, ``moving over the plate``, the cube at 5 cm/s or
-faster, and ``still off its rest``, the rest: tilted on the plate's edge or wedged) or ``lifted, not placed``
-(lifted, then dropped or carried elsewhere);
+(it ended above the plate, not resting on it: split by the state before the episode's last action into ``held
+above the plate``, the command closed with the cube over 1 cm above its resting height, ``moving over the plate``,
+the cube at 5 cm/s or faster, and ``still off its rest``, the rest: tilted on the plate's edge or wedged) or
+``lifted, not placed`` (lifted, then dropped or carried elsewhere);
 the gripper splits two of them (its command's sign closes, > 0, or opens the fingers): ``never lifted`` into ``never
 closed at the cube`` (the command stayed open on every step the grip point was within 2 cm of the cube) and ``closed,
 not lifted``; ``lifted, not placed`` into ``released`` (the command was open on the cube's last lifted step: the
