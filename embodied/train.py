@@ -13,6 +13,7 @@ import embodied.algos  # noqa: F401  (registers algorithms)
 import embodied.tasks  # noqa: F401  (registers tasks)
 from embodied.algos.base import OFF_POLICY, BuildContext
 from embodied.algos.ensemble import EnsembleAlgorithm
+from embodied.algos.settings import check_settings
 from embodied.checkpoint import load_checkpoint
 from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
@@ -46,6 +47,7 @@ def build(cfg: RunConfig, run_dir: Path):
         raise UserError(f"stop_passes must be >= 1 (or null), got {cfg.stop_passes}")
     torch.set_num_threads(cfg.torch_threads)
     algo_cls = ALGOS.get(cfg.algo)
+    check_settings(cfg.algo, cfg.algo_config)
     if algo_cls.paradigm not in RUNNERS:
         raise UserError(f"algorithm {cfg.algo!r} ({algo_cls.paradigm}) has no runner; "
                         f"runners: {', '.join(sorted(RUNNERS))}")

@@ -229,12 +229,26 @@ def test_symmetry_misconfiguration(user_error, tmp_path, task, overrides, words)
 # ---- inputs a new user tried (issue 8): each one line, and no run directory left behind ----------------
 @pytest.mark.parametrize("override,word", [
     ("sim_device=tpu", "tpu"), ("learner_device=tpu", "tpu"), ("policy.actor_hidden=[1,2", "actor_hidden"),
-    ("ppo.lr=-1", "learning rate"), ("stop_passes=0", "stop_passes"),
+    ("ppo.lr=-1", "ppo.lr"), ("stop_passes=0", "stop_passes"),
 ], ids=["sim-device", "learner-device", "unclosed-list", "negative-lr", "stop-passes"])
 def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     line = user_error([*TRAIN, "--run-dir", str(tmp_path / "r"), override])
     assert word in line
     assert not (tmp_path / "r").exists()  # a failed start leaves no empty run directory
+
+
+@pytest.mark.parametrize("task,overrides,word", [
+    ("pendulum", ["ppo.num_steps=0"], "ppo.num_steps"),  # a traceback (TypeError) before
+    ("pendulum", ["algo=sac", "sac.tau=2"], "sac.tau"),  # these three trained in silence before
+    ("pendulum", ["algo=td3", "td3.batch_size=0"], "td3.batch_size"),
+    ("pendulum", ["ppo.gamma=1.5"], "ppo.gamma"),
+    ("quadrotor-hover", ["env.episode_s=0"], "env.episode_s"),
+    ("quadrotor-hover", ["env.success_radius=-1"], "env.success_radius"),
+    ("quadrotor-hover", ["env.init_guidance=2"], "env.init_guidance"),
+], ids=["ppo-num-steps", "sac-tau", "td3-batch", "ppo-gamma", "episode-length", "success-radius", "guidance"])
+def test_settings_out_of_range_are_one_line(user_error, tmp_path, task, overrides, word):
+    line = user_error(["train", "--task", task, "--preset", "debug", "--run-dir", str(tmp_path / "r"), *overrides])
+    assert word in line and not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("enabled", ["true", "false"])

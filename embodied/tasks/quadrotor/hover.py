@@ -186,9 +186,27 @@ def action_l2(action: torch.Tensor, hover_action: float) -> torch.Tensor:
     return (d * d).sum(1)
 
 
+def _check(cfg: QuadrotorHoverConfig, dt: float) -> None:
+    """Settings a user can get wrong: one ``UserError`` line (a zero-length episode or a negative radius trained on
+    in silence before)."""
+    if not cfg.episode_s >= dt:
+        raise UserError(f"env.episode_s must be at least one step ({dt} s), got {cfg.episode_s}")
+    if not 0 < cfg.success_radius < cfg.termination_radius:
+        raise UserError(f"env.success_radius must be > 0 and below env.termination_radius, got {cfg.success_radius} "
+                        f"and {cfg.termination_radius}")
+    for key in ("success_hold_s", "init_position", "init_max_angle", "init_lin_vel", "init_ang_vel",
+                "obs_noise_position", "obs_noise_orientation", "obs_noise_lin_vel", "obs_noise_ang_vel",
+                "disturbance_force", "disturbance_torque"):
+        if not getattr(cfg, key) >= 0:
+            raise UserError(f"env.{key} must be >= 0, got {getattr(cfg, key)}")
+    if not 0 <= cfg.init_guidance <= 1:
+        raise UserError(f"env.init_guidance is a probability in [0, 1], got {cfg.init_guidance}")
+
+
 class QuadrotorHoverEnv(ManagedVecEnv):
     def __init__(self, cfg: QuadrotorHoverConfig, num_envs: int, device="cpu", seed: int = 0):
         params = QuadrotorParams()
+        _check(cfg, params.dt)
         super().__init__(num_envs, device, seed, max_episode_steps=round(cfg.episode_s / params.dt))
         self.cfg = cfg
         self.params = params
