@@ -153,6 +153,10 @@ def resume(run_dir: Path, total_steps: int | None = None) -> tuple[Path, dict]:
     cfg = config_from_dict(ckpt["config"])
     if total_steps is not None:
         cfg.total_steps = total_steps
+    if int(ckpt["step"]) >= cfg.total_steps:  # the loops would still run one more iteration past the budget
+        raise UserError(f"the checkpoint of {run_dir} is at step {int(ckpt['step'])}, the budget total_steps="
+                        f"{cfg.total_steps}: nothing to resume; give total_steps=N above {int(ckpt['step'])} to extend "
+                        "the run")
     runner = build(cfg, Path(run_dir))
     runner.restore(ckpt)
     return Path(run_dir), runner.train()

@@ -126,7 +126,19 @@ def _eval(run: Path) -> list[str]:
 
 
 def _resume(run: Path) -> list[str]:
-    return ["train", "--resume", str(run)]
+    return ["train", "--resume", str(run), "total_steps=512"]  # the debug run finished at 256: extended
+
+
+@pytest.mark.parametrize("budget", [[], ["total_steps=100"]], ids=["finished", "below-the-checkpoint"])
+def test_resuming_with_nothing_left_to_train_is_one_line(user_error, tmp_path, debug_run, budget):
+    """A finished run (or a budget at or below its checkpoint) has nothing to resume: one line, nothing written
+    (the loops ran one more iteration past the budget before)."""
+    run = tmp_path / "run"
+    shutil.copytree(debug_run, run)
+    before = snapshot(run)
+    line = user_error(["train", "--resume", str(run), *budget])
+    assert "nothing to resume" in line and "step 256" in line
+    assert snapshot(run) == before
 
 
 @pytest.mark.parametrize("command", [_eval, _resume], ids=["eval", "resume"])
