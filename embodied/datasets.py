@@ -221,8 +221,16 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
     if episodes < 1 or num_envs < 1:
         raise UserError(f"episodes and num_envs must be >= 1, got {episodes}, {num_envs}")
     out = Path(out)
-    if out.exists() and any(out.iterdir()):  # checked before the rollouts, not after them
-        raise UserError(f"{out} exists and is not empty; choose a new directory for the dataset")
+    # checked before the rollouts, not after them: a new or empty directory, under one this process may write in
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not an empty directory; choose a new directory for the dataset")
+    made = [p for p in (out.absolute(), *out.absolute().parents) if not p.exists()]  # deepest first
+    try:  # a probe: the folders are made again when the dataset is written, so a failed collection leaves none
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the dataset directory {out}: {e.strerror or e}") from None
+    for folder in made:
+        folder.rmdir()
     spec = TASKS.get(task)
     if spec.expert is None:
         raise UserError(f"task {task!r} has no scripted expert (tasks with one: "

@@ -257,7 +257,10 @@ def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     ("quadrotor-hover", ["env.episode_s=0"], "env.episode_s"),
     ("quadrotor-hover", ["env.success_radius=-1"], "env.success_radius"),
     ("quadrotor-hover", ["env.init_guidance=2"], "env.init_guidance"),
-], ids=["ppo-num-steps", "sac-tau", "td3-batch", "ppo-gamma", "episode-length", "success-radius", "guidance"])
+    ("pendulum", ["stop_success=1.5"], "stop_success"),  # a run that could never stop early
+    ("pendulum", ["log.eval_episodes=0"], "eval_episodes"),  # failed at the first evaluation, after training
+], ids=["ppo-num-steps", "sac-tau", "td3-batch", "ppo-gamma", "episode-length", "success-radius", "guidance",
+        "stop-success", "eval-episodes"])
 def test_settings_out_of_range_are_one_line(user_error, tmp_path, task, overrides, word):
     line = user_error(["train", "--task", task, "--preset", "debug", "--run-dir", str(tmp_path / "r"), *overrides])
     assert word in line and not (tmp_path / "r").exists()
@@ -346,3 +349,16 @@ def test_bad_driving_values(user_error, tmp_path, override, word):
     line = user_error(["train", "--task", "drive-lane-keep", "--run-dir", str(tmp_path / "r"), "total_steps=64",
                        "log.progress=false", override])
     assert word in line
+
+
+@pytest.mark.parametrize("where", ["a_file", "a_file/sub", "full/dir"], ids=["file", "under-a-file", "not-empty"])
+def test_collect_demos_into_a_path_it_cannot_use(user_error, tmp_path, where):
+    """Checked before the expert plays (a traceback after the rollouts before); nothing is left behind."""
+    (tmp_path / "a_file").write_text("data")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "dir").mkdir()
+    (tmp_path / "full" / "dir" / "kept.txt").write_text("kept")
+    before = snapshot(tmp_path)
+    line = user_error(["collect-demos", "--task", "reach", "--episodes", "2", "--out", str(tmp_path / where)])
+    assert str(tmp_path / where) in line
+    assert snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "full"]
