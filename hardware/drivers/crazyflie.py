@@ -15,6 +15,7 @@ Two action levels, chosen by the bundle deployed:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -71,6 +72,9 @@ class CrazyflieRobot(Robot):
         if not self.onboard_policy and self.layout.action[0].name != "collective_thrust":
             raise UserError(f"task {self.task!r}: cflib set-points carry thrust + body rates "
                             "(use quadrotor-hover-rates; RPM-level policies fly as the onboard C controller)")
+        # cflib logs a link that fails to open with the whole traceback (logging's last-resort handler prints it on
+        # stderr); the UserError below says it in one line
+        logging.getLogger("cflib").setLevel(logging.CRITICAL)
         cflib.crtp.init_drivers()
         self.cf = Crazyflie(rw_cache=None)
         self.scf = SyncCrazyflie(self.link, cf=self.cf)
@@ -89,8 +93,8 @@ class CrazyflieRobot(Robot):
         if not result.get("ok"):
             self.cf.close_link()
             self.scf = None
-            reason = result.get("error", f"no answer within {self.timeout:g} s")
-            raise UserError(f"cannot connect to the Crazyflie at {self.link}: {reason}")
+            reason = str(result.get("error", f"no answer within {self.timeout:g} s")).strip().splitlines()
+            raise UserError(f"cannot connect to the Crazyflie at {self.link}: {reason[0] if reason else 'no reason'}")
         try:
             self._setup(LogConfig)
         except BaseException:

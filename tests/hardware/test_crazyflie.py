@@ -160,3 +160,12 @@ def test_motor_level_flight_through_cflib(rpm_bundle):
             summary = ControlLoop(robot, None, LoopConfig(100.0, duration_s=0.5, status=False)).run()
         assert v.counts["position"] >= 45 and v.counts["steps"] >= 45
     assert summary["outcome"] == "completed" and summary["missed_commands"] == 0
+
+
+def test_a_radio_link_without_a_dongle_is_one_line(capfd):
+    """cflib logged the failed link with its traceback and its exception text carries it too: one line now."""
+    robot = make_robot("crazyflie://radio://0/80/2M?timeout=2")
+    with pytest.raises(UserError, match="cannot connect") as e:
+        robot.connect()
+    assert "\n" not in str(e.value)
+    assert "Traceback" not in capfd.readouterr().err
