@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 import embodied.tasks  # noqa: F401  (registers the tasks configs resolve against)
 from embodied.core.errors import UserError
 from embodied.core.registry import TASKS
+from embodied.core.settings import TASK, check_settings
 
 
 @dataclass
@@ -209,6 +210,7 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | tup
         if threads < 1:
             raise UserError(f"runtime.sim_threads must be >= 1, got {threads}")
         run.env.sim_threads = threads
+    check_settings("env", run.env, TASK)
     return run
 
 
@@ -239,4 +241,6 @@ def make_task_config(task: str, **overrides) -> Any:
     """The task's config dataclass with keyword overrides (nested as dicts) validated."""
     spec = TASKS.get(task)
     cfg = _merge(OmegaConf.structured(spec.config_cls()), OmegaConf.create(overrides), f"overrides for {task}")
-    return OmegaConf.to_object(cfg)
+    cfg = OmegaConf.to_object(cfg)
+    check_settings("env", cfg, TASK)
+    return cfg

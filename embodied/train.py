@@ -13,12 +13,12 @@ import embodied.algos  # noqa: F401  (registers algorithms)
 import embodied.tasks  # noqa: F401  (registers tasks)
 from embodied.algos.base import OFF_POLICY, BuildContext
 from embodied.algos.ensemble import EnsembleAlgorithm
-from embodied.algos.settings import check_settings
 from embodied.checkpoint import load_checkpoint
 from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS, TASKS
+from embodied.core.settings import LEARNER, check_settings
 from embodied.evaluate import TaskEnvFactory, make_eval_env, make_train_env_factory, source_task
 from embodied.provenance import code_commit, versions
 from embodied.runners import RUNNERS
@@ -55,7 +55,7 @@ def build(cfg: RunConfig, run_dir: Path):
                         f"{log.log_every}, {log.eval_episodes}, {log.keep_checkpoints}")
     torch.set_num_threads(cfg.torch_threads)
     algo_cls = ALGOS.get(cfg.algo)
-    check_settings(cfg.algo, cfg.algo_config)
+    check_settings(cfg.algo, cfg.algo_config, LEARNER)
     if algo_cls.paradigm not in RUNNERS:
         raise UserError(f"algorithm {cfg.algo!r} ({algo_cls.paradigm}) has no runner; "
                         f"runners: {', '.join(sorted(RUNNERS))}")
