@@ -137,9 +137,12 @@ def test_a_saved_config_without_a_newer_setting_runs_as_it_ran():
 def test_a_model_trained_learner_is_the_real_tasks_own():
     """``wm:quadrotor-hover`` trains the learner of quadrotor-hover's preset in the model (dream-to-real compares
     the two): the same policy settings and the same TD3 but for what the model run sets by design (its warm-up,
-    update ratio, buffer and evaluation cadence). The LayerNorm critics once reached only one of them."""
+    update ratio, buffer and evaluation cadence), and LayerNorm critics, measured worse in the model."""
     real, model = load_config("quadrotor-hover"), load_config("wm:quadrotor-hover")
-    assert model.algo == real.algo == "td3" and model.policy == real.policy
+    # the one measured exception: LayerNorm critics (configs/wm-quadrotor-hover.yaml says why)
+    assert real.policy.critic_layer_norm and not model.policy.critic_layer_norm
+    assert model.algo == real.algo == "td3"
+    assert dataclasses.replace(model.policy, critic_layer_norm=True) == real.policy
     by_design = {"warmup_steps", "updates_per_step", "buffer_size", "kernel_threads"}
     differ = {f.name for f in dataclasses.fields(real.algo_config)
               if getattr(real.algo_config, f.name) != getattr(model.algo_config, f.name)}
