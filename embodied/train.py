@@ -18,7 +18,7 @@ from embodied.config import RunConfig, config_from_dict, to_yaml
 from embodied.core.base import resolve_device
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS, TASKS
-from embodied.core.settings import LEARNER, check_settings
+from embodied.core.settings import LEARNER, RUN, check_settings, check_value
 from embodied.evaluate import TaskEnvFactory, make_eval_env, make_train_env_factory, source_task
 from embodied.provenance import code_commit, versions
 from embodied.runners import RUNNERS
@@ -45,14 +45,8 @@ def build(cfg: RunConfig, run_dir: Path):
         raise UserError(f"ensemble must be >= 1 (the number of independent learners), got {cfg.ensemble}")
     if cfg.stop_passes is not None and cfg.stop_passes < 1:
         raise UserError(f"stop_passes must be >= 1 (or null), got {cfg.stop_passes}")
-    if cfg.stop_success is not None and not 0 < cfg.stop_success <= 1:
-        raise UserError(f"stop_success is a success rate in (0, 1] (or null: never stop early), got {cfg.stop_success}")
-    log = cfg.log
-    if log.eval_every < 0 or log.checkpoint_every < 0 or log.log_every < 1 or log.eval_episodes < 1 \
-            or log.keep_checkpoints < 1:
-        raise UserError("log: eval_every and checkpoint_every must be >= 0 (0: only at the end), log_every, "
-                        f"eval_episodes and keep_checkpoints >= 1; got {log.eval_every}, {log.checkpoint_every}, "
-                        f"{log.log_every}, {log.eval_episodes}, {log.keep_checkpoints}")
+    check_value("stop_success", cfg.stop_success, RUN["stop_success"])  # a success rate (null: never stop early)
+    check_settings("log", cfg.log, RUN)
     torch.set_num_threads(cfg.torch_threads)
     algo_cls = ALGOS.get(cfg.algo)
     check_settings(cfg.algo, cfg.algo_config, LEARNER)

@@ -77,6 +77,20 @@ TASK = _rules(
 )
 
 
+RUN = _rules(  # the run's own settings (RunConfig and its log section)
+    count=(COUNT, ("eval_episodes", "keep_checkpoints", "log_every")),
+    index=(INDEX, ("checkpoint_every", "eval_every")),
+    rate=(RATE, ("stop_success",)),
+)
+
+
+def check_value(name: str, value, rule: tuple) -> None:
+    """``value`` (None allowed) holds ``rule``; else one ``UserError`` line naming ``name``."""
+    what, ok = rule
+    if value is not None and not ok(value):
+        raise UserError(f"{name} must be {what}, got {value!r}")
+
+
 def check_settings(section: str, cfg, rules: dict[str, tuple]) -> None:
     """Each field of the dataclass ``cfg`` (and of the dataclasses nested in it) that ``rules`` names holds a value
     its rule allows, or None; else one ``UserError`` line naming ``section.field``."""
@@ -85,9 +99,5 @@ def check_settings(section: str, cfg, rules: dict[str, tuple]) -> None:
         if dataclasses.is_dataclass(value):
             check_settings(f"{section}.{f.name}", value, rules)
             continue
-        rule = rules.get(f.name)
-        if rule is None or value is None:
-            continue
-        what, ok = rule
-        if not ok(value):
-            raise UserError(f"{section}.{f.name} must be {what}, got {value!r}")
+        if f.name in rules:
+            check_value(f"{section}.{f.name}", value, rules[f.name])

@@ -221,8 +221,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             if cfg.position_average_s else 0.0
         self.pos_average = torch.zeros(n, 3 if cfg.position_average_s else 0, device=self.device)
         self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
-        ranges = cfg.domain_randomization.ranges()  # checked also when off: a bad range is never silently kept
-        self.dr_ranges = ranges if cfg.domain_randomization.enabled else None
+        self.dr_ranges = cfg.domain_randomization.ranges() if cfg.domain_randomization.enabled else None
         self.noise_scale = torch.ones(n, device=self.device)  # per-episode factor on the observation noise std
         self.success_steps = round(cfg.success_hold_s / params.dt)
         self.obs_noise_std = torch.tensor(  # [18] per clean observation entry
