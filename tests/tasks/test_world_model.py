@@ -97,6 +97,23 @@ def test_model_env_steps_like_the_task_and_truncates_where_members_disagree(pend
     assert torch.allclose(model_reward, real_reward, atol=0.1)
 
 
+def test_uncertainty_penalty_subtracts_the_disagreement_from_the_models_reward(pendulum_model):
+    """MOPO: reward = model reward - penalty * disagreement, from the same state, action and noise."""
+    def step(penalty):
+        env = embodied.make_env("wm:pendulum", num_envs=8, seed=3, model=str(pendulum_model), max_disagreement=None,
+                                uncertainty_penalty=penalty)
+        env.reset(seed=3)
+        _, reward, _, _, info = env.step(torch.full((8, 1), 0.7))
+        return reward, info
+    plain, info = step(0.0)
+    penalized, pinfo = step(2.5)
+    assert "reward/uncertainty" not in info["log"] and "reward/uncertainty" in pinfo["log"]
+    assert torch.equal(info["uncertainty"], pinfo["uncertainty"]) and bool((info["uncertainty"] > 0).all())
+    assert torch.allclose(penalized, plain - 2.5 * info["uncertainty"], atol=1e-6)
+    with pytest.raises(UserError, match="uncertainty_penalty must be >= 0"):
+        embodied.make_env("wm:pendulum", num_envs=1, model=str(pendulum_model), uncertainty_penalty=-1.0)
+
+
 def test_predictions_are_held_near_the_real_states(pendulum_model):
     # the "real data": a narrow range; full torque from these leaves it (the speed by ~0.3 rad/s past 0.2)
     starts = torch.tensor([[1.0, 0.0, 0.0], [0.995, 0.1, 0.1], [0.98, 0.2, 0.2]])

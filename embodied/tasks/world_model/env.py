@@ -28,6 +28,9 @@ class WorldModelConfig:
     model: str = ""  # world_model.pt, or a run directory holding one; empty: train learns one (algo sac/td3)
     horizon: int = 32  # [steps] imagined episode length before truncation
     max_disagreement: float | None = 4.0  # truncate where the elites' spread passes this (None: never)
+    # MOPO's pessimism: the reward is the model's minus this times the elites' disagreement (reward term
+    # ``uncertainty``), so a learner is paid less where the model is unsure and exploits its errors less (0: off)
+    uncertainty_penalty: float = 0.0
     # ensemble: a predicted state is held within the recorded real states' range widened by this fraction of it on
     # each side (None: not held): a learner never bootstraps from a state far from every real one, where its critic
     # extrapolates freely (TD3 on quadrotor-hover in a young model: Q to 1e6 in 28k real steps without it). Only
@@ -58,6 +61,8 @@ def check_config(cfg: WorldModelConfig) -> None:
         raise UserError("warmup must be >= 0 and terminal_threshold in (0, 1)")
     if cfg.data_margin is not None and not cfg.data_margin >= 0:
         raise UserError(f"data_margin must be >= 0 or null, got {cfg.data_margin}")
+    if not cfg.uncertainty_penalty >= 0:
+        raise UserError(f"uncertainty_penalty must be >= 0, got {cfg.uncertainty_penalty}")
     if cfg.max_disagreement is not None and not cfg.max_disagreement > 0:
         raise UserError(f"max_disagreement must be > 0 or null, got {cfg.max_disagreement}")
     e = cfg.ensemble
@@ -265,7 +270,10 @@ class WorldModelEnv(ManagedVecEnv):
     def _compute(self, action: torch.Tensor) -> StepTerms:
         sim, cfg = self.sim, self.cfg
         limit = math.inf if cfg.max_disagreement is None else cfg.max_disagreement
-        return StepTerms({"model": sim.reward}, sim.p_terminal > cfg.terminal_threshold,
+        terms = {"model": sim.reward}
+        if cfg.uncertainty_penalty:
+            terms["uncertainty"] = -cfg.uncertainty_penalty * sim.disagreement
+        return StepTerms(terms, sim.p_terminal > cfg.terminal_threshold,
                          {"disagreement": sim.disagreement, "p_terminal": sim.p_terminal, "held": self._held},
                          truncated=sim.disagreement > limit,
                          info={"uncertainty": sim.disagreement.clone()})
