@@ -71,6 +71,10 @@ class LogConfig:
     # the policy a checkpoint holds for load_policy/eval/export is the best one of the periodic evaluations so far
     # (highest success, then return; SB3's best_model), not the latest; training resumes from the latest either way
     keep_best: bool = False
+    # what "best" is: eval, the periodic evaluation's (success, return) on the real task; model (a run that learns a
+    # model, wm:<task>): the imagined return under the newest model, the kept policy re-scored beside the new one at
+    # each evaluation, so no real step chooses the policy (a policy trained only in the model stays that)
+    keep_best_by: str = "eval"
     tensorboard: bool = True
     progress: bool = True  # live progress line on stderr
     log_every: int = 2_000  # env steps between metric lines

@@ -81,6 +81,7 @@ RUN = _rules(  # the run's own settings (RunConfig and its log section)
     count=(COUNT, ("eval_episodes", "keep_checkpoints", "log_every")),
     index=(INDEX, ("checkpoint_every", "eval_every")),
     rate=(RATE, ("stop_success",)),
+    choice=(("eval or model", lambda v: v in ("eval", "model")), ("keep_best_by",)),
 )
 
 

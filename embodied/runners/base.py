@@ -3,6 +3,7 @@ checkpoints. Each paradigm's runner (on-policy, off-policy) owns only its short 
 
 from __future__ import annotations
 
+import copy
 import time
 from functools import partial
 from pathlib import Path
@@ -39,6 +40,7 @@ class Runner:
         self.eval_passes = 0  # consecutive evaluations at or above stop_success
         self.best: dict | None = None  # log.keep_best: {"step", "score", "eval", "state"} of the best evaluated policy
         self._t_start = 0.0
+        self._kept = None  # log.keep_best_by=model: an actor holding the kept policy, to score it again
 
     # ---- loop helpers -------------------------------------------------------------------------
     def start(self) -> None:
@@ -132,10 +134,27 @@ class Runner:
 
     def _keep_if_best(self, actor, result: dict) -> None:
         score = (result.get("eval/success", float("-inf")), result["eval/return"])
+        if self.cfg.log.keep_best_by == "model":  # both policies scored in the newest model, on the same starts
+            score = (self._imagined_return(actor),)
+            if self.best is not None:
+                kept = self._kept_actor(actor)
+                self.best["score"] = [self._imagined_return(kept)]
+            self.logger.log(self.step, {"best/imagined_return": score[0], **({"best/kept_imagined_return":
+                                        self.best["score"][0]} if self.best is not None else {})})
         if self.best is None or score > tuple(self.best["score"]):
             state = {k: v.detach().to("cpu", copy=True) for k, v in actor.state_dict().items()}
             self.best = {"step": self.step, "score": list(score), "eval": dict(result), "state": state}
             self.logger.log(self.step, {"best/step": self.step})
+
+    def _imagined_return(self, actor) -> float:
+        return self.imagination.imagined_return(actor.act, self.cfg.log.eval_episodes, self.cfg.learner_device)
+
+    def _kept_actor(self, actor):
+        """A copy of ``actor`` holding the kept (best) policy's weights, in eval mode."""
+        if self._kept is None:
+            self._kept = copy.deepcopy(actor)
+        self._kept.load_state_dict(self.best["state"])
+        return self._kept.eval()
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def checkpoint(self) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -429,3 +430,31 @@ def test_imagine_step_is_the_env_step_and_carries_gradients():
     env.cfg.deterministic = False
     sampled, _, _ = env.imagine_step(before, action, torch.Generator().manual_seed(0))
     assert not torch.equal(sampled["critic"], imagined["critic"])
+
+
+def test_keep_best_by_model_scores_the_kept_and_the_new_policy_in_the_newest_model(tmp_path):
+    """``log.keep_best_by=model``: at each evaluation the new policy and the kept one are scored in the newest model
+    (imagined return, the same starts); the kept policy is replaced only by a higher score, and the checkpoint's
+    policy is the one kept. No real evaluation chooses it."""
+    from embodied.checkpoint import load_checkpoint
+
+    run = tmp_path / "run"
+    _, summary = train(load_config("wm:pendulum", "debug", [
+        *QUIET, "algo=sac", "seed=1", "env.mode=dream", "env.model_envs=8", "env.warmup=256", "env.refit_every=512",
+        "env.ensemble.hidden=[16]", "env.ensemble.epochs=1", "total_steps=2048", "log.eval_every=512",
+        "log.eval_episodes=4", "log.keep_best=true", "log.keep_best_by=model"]), run)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    scored = [r for r in rows if "best/imagined_return" in r]
+    assert [r["step"] for r in scored] == [512, 1024, 1536, 2048]
+    assert "best/kept_imagined_return" not in scored[0] and all("best/kept_imagined_return" in r for r in scored[1:])
+    kept = 512
+    for r in scored[1:]:
+        assert math.isfinite(r["best/imagined_return"]) and math.isfinite(r["best/kept_imagined_return"])
+        if r["best/imagined_return"] > r["best/kept_imagined_return"]:
+            kept = r["step"]
+    assert load_checkpoint(run)["policy"]["step"] == summary["best_step"] == kept
+    with pytest.raises(UserError, match="keep_best_by=model scores policies in the model"):
+        train(load_config("pendulum", "debug", [*QUIET, "log.keep_best=true", "log.keep_best_by=model"]),
+              tmp_path / "real")
+    with pytest.raises(UserError, match="log.keep_best_by must be eval or model"):
+        train(load_config("pendulum", "debug", [*QUIET, "log.keep_best_by=best"]), tmp_path / "bad")

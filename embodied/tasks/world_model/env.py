@@ -158,7 +158,8 @@ class WorldModelEnv(ManagedVecEnv):
         """Spaces, layout, symmetry and control period of the real ``task`` (one env of it, built and closed)."""
         real = TASKS.get(task).make(cfg, num_envs=1, device="cpu", seed=0)
         out = {"observation": real.single_observation_space, "action": real.single_action_space,
-               "layout": real.layout(), "symmetry": real.symmetry_group(), "control_dt": real.control_dt}
+               "layout": real.layout(), "symmetry": real.symmetry_group(), "control_dt": real.control_dt,
+               "max_episode_steps": real.max_episode_steps}
         real.close()
         return out
 

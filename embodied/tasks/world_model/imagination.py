@@ -106,6 +106,8 @@ class Imagination:
         self.num_faulted = 0  # real rows dropped: numerical faults
         self._fresh: torch.Tensor | None = None  # [N] real envs whose next observation starts an episode
         self.log: dict[str, float] = {}
+        self._episode_steps = probe["max_episode_steps"]
+        self._judge = None  # the model env that scores policies (imagined_return), built on first use
 
     @property
     def learner_sees_real(self) -> bool:
@@ -164,6 +166,26 @@ class Imagination:
         self.log["imagined/steps"] = float(self.num_imagined)
         self.log["model/faulted_rows"] = float(self.num_faulted)
         self.log["imagined/disagreement"] = float(self.collector.log.get("disagreement", 0.0))
+
+    def imagined_return(self, act, episodes: int, learner_device) -> float:
+        """The mean return of ``act`` over ``episodes`` imagined episodes of the real task's length in the current
+        model: its elites' mean (no sampling, no truncation by disagreement), from the recorded episode starts, the
+        same starts on every call (policies scored on one call compare on equal terms)."""
+        from dataclasses import replace
+
+        from embodied.evaluate import evaluate
+        from embodied.tasks.world_model.env import WorldModelEnv
+
+        if not self.fitted:
+            return float("-inf")
+        if self._judge is None or self._judge.num_envs != episodes:
+            cfg = replace(self.cfg, horizon=self._episode_steps, deterministic=True, max_disagreement=None,
+                          start="initial")
+            self._judge = WorldModelEnv(cfg, episodes, self.device, seed=self.run_cfg.seed + 113, task=self.task,
+                                        world=(self.network, {"task": self.task}))
+        s = self.store
+        self._judge.set_starts(s.get("state"), s.get("state")[s.get("initial") > 0.5])
+        return evaluate(act, self._judge, seed=self.run_cfg.seed + 113, learner_device=learner_device)["eval/return"]
 
     def refit(self) -> None:
         s = self.store
