@@ -16,7 +16,10 @@ For a task T (pendulum by default):
   (its actor warm-started, a fresh critic learning the actor's values for ``--burn-in`` imagined steps before the
   actor moves). Still a policy trained only in a model of B real steps: imagination costs compute, not samples.
 
-Score = (R_dream - R_random) / (R_real(B) - R_random), R_real(B) the real learner's evaluation at B. Resumable: one
+Score = (R_dream - R_random) / (R_real(B) - R_random), R_real(B) the real learner's evaluation at B. R_dream is the
+policy the run keeps: its last (``--select last``), or with ``--select model`` the one of its evaluations whose
+imagined return in the newest model was highest (``log.keep_best_by=model``: the kept policy re-scored beside each new
+one; no real step chooses it, so its logged real evaluation is an unbiased R_dream). Resumable: one
 JSON per (variant, task, seed) under ``--out``; finished ones are skipped (``--force`` redoes them).
 
     python scripts/bench/bench_world_model.py [--tasks pendulum] [--seeds 0] [--variants real random dream dyna]"""
@@ -74,6 +77,15 @@ def _train(args: list[str], run_dir: Path, timeout_s: float) -> tuple[dict, floa
 
 def _score(r: dict) -> float:
     return r["eval/success"] if "eval/success" in r else r["eval/return"]
+
+
+def kept_score(record: dict) -> tuple[float, int]:
+    """The real score of the policy a model run keeps, and its step: the kept best's evaluation where the run kept one
+    (``log.keep_best``), else the last evaluation."""
+    summary = record["summary"]
+    if "best_step" in summary:
+        return summary.get("best/success", summary["best/return"]), summary["best_step"]
+    return record["curve"][-1][1], record["curve"][-1][0]
 
 
 def run_real(task: str, seed: int, out: Path, timeout_s: float, extra=()) -> dict:
@@ -157,6 +169,9 @@ def main() -> None:
     ap.add_argument("--burn-in", type=int, default=50_000, help="dream-long: imagined steps of critic-only learning")
     ap.add_argument("--real-from", type=Path, help="a finished run of the real learner with the settings of REAL "
                     "(one task and seed), used as the 'real' variant instead of training it again")
+    ap.add_argument("--select", default="last", choices=["last", "model"],
+                    help="the policy a model run (dream, dyna, dream-long) keeps: its last, or the best by imagined "
+                         "return in the newest model (log.keep_best_by=model)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra overrides of every trained variant (real, dream, dyna, dream-long: the same learner "
                          "settings on both sides), recorded in their JSON")
@@ -165,6 +180,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     from embodied.provenance import code_commit
 
+    select = ["log.keep_best=true", "log.keep_best_by=model"] if args.select == "model" else []
     for task in args.tasks:
         for seed in args.seeds:
             done = {}
@@ -185,12 +201,14 @@ def main() -> None:
                     if "dream" not in done:
                         print(f"skipping dream-long {task} seed {seed}: no dream run yet", file=sys.stderr)
                         continue
-                    result = run_dream_long(task, seed, args.long_steps, args.burn_in, out, args.timeout_s, args.set)
+                    result = run_dream_long(task, seed, args.long_steps, args.burn_in, out, args.timeout_s,
+                                            [*args.set, *select])
                 else:
                     steps = budget(done["real"], done["random"].get("eval/success", done["random"]["eval/return"]))
-                    result = run_model(task, variant, seed, steps, out, args.timeout_s, args.set)
+                    result = run_model(task, variant, seed, steps, out, args.timeout_s, [*args.set, *select])
+                overrides = [] if variant == "random" else args.set if variant == "real" else [*args.set, *select]
                 done[variant] = {"variant": variant, "task": task, "seed": seed, "commit": code_commit(),
-                                 "overrides": args.set if variant != "random" else [], **result}
+                                 "overrides": overrides, **result}
                 path.write_text(json.dumps(done[variant], indent=1))
     summary = {"bench": "world_model", "machine": machine_info(), "runs": []}
     for task in args.tasks:
@@ -206,8 +224,9 @@ def main() -> None:
                    "R_real_final": r["real"]["curve"][-1][1], "real_wall_s_to_budget":
                    next(w for step, _, w in r["real"]["curve"] if step == b)}
             for mode in [m for m in VARIANTS if m not in ("real", "random") and m in r]:
-                final = r[mode]["curve"][-1][1]
+                final, kept_step = kept_score(r[mode])
                 row[f"R_{mode}"] = final
+                row[f"{mode}_kept_step"] = kept_step
                 row[f"{mode}_to_real_score"] = (final - rand) / (real_at_b - rand)
                 row[f"{mode}_wall_s"] = r[mode]["process_wall_s"]
                 if mode == "dream-long":
