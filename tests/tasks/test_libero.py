@@ -37,11 +37,15 @@ def test_libero_spatial_env_shared_starts_and_expert(minilm):
     act = TASKS.get("libero:libero_spatial/0").expert(env, seed=0)
     obs, _ = env.reset(seed=0)
     results = []
-    for _ in range(220):
-        obs, _, term, trunc, info = env.step(act(obs))
+    for t in range(220):
+        executed = act(obs)
+        if t == 0:  # DART: the label is the clean action; the executed one carries noise on the pose deltas only
+            assert act.label.shape == (3, 7) and torch.equal(executed[:, 6], act.label[:, 6])
+            assert 0 < float((executed[:, :6] - act.label[:, :6]).abs().max()) < 1.0
+        obs, _, term, trunc, info = env.step(executed)
         if "final_info" in info:
             results += info["final_info"]["success"][term | trunc].tolist()
         if len(results) >= 3:
             break
     env.close()
-    assert sum(results[:3]) >= 2  # measured 3 of 3 on task 0 (16 of 30 over the suite's 10 tasks)
+    assert sum(results[:3]) >= 2  # measured 3 of 3 on task 0 without noise; 0.87 of 61 episodes with DART's 0.1
