@@ -29,6 +29,14 @@ def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
     return out, wall
 
 
+def _grpo(exe: str, task: str, k: int, bc_dir: Path, out: Path, args, common: list[str]) -> dict:
+    """GRPO from the clone for ``--rl-steps`` env steps, scored on the suite's initial states like the clone."""
+    rl, rl_wall = _run([exe, "train", "--task", task, "--run-dir", str(out / "runs" / f"grpo_task{k}"), "algo=grpo",
+                        f"init={bc_dir}", f"total_steps={args.rl_steps}", "num_envs=8", "grpo.group_size=4",
+                        "grpo.lr=1e-4", "grpo.temperature=1.0", *common], args.timeout_s)
+    return {"grpo_success": rl.get("eval/success"), "grpo_wall_s": round(rl_wall, 1), "rl_steps": args.rl_steps}
+
+
 def main() -> None:
     from embodied.provenance import code_commit
 
@@ -51,11 +59,18 @@ def main() -> None:
     for seed in args.seeds:
         for k in args.tasks:
             path = out / f"task{k}_{args.observation}_seed{seed}.json"
-            if path.exists() and json.loads(path.read_text()).get("finished"):
-                continue
             task = f"libero:libero_spatial/{k}"
-            print(f"running {task} seed {seed}", file=sys.stderr, flush=True)
             demos, bc_dir = out / "demos" / f"task{k}_seed{seed}", out / "runs" / f"bc_task{k}_seed{seed}"
+            common = ["log.progress=false", "log.checkpoint_every=0", "torch_threads=2", "policy.arch=vla",
+                      f"seed={seed}", "log.eval_every=0", f"log.eval_episodes={args.eval_episodes}", *env]
+            done = json.loads(path.read_text()) if path.exists() else {}
+            if done.get("finished"):  # the expert and BC ran: only an RL stage asked for now and not run yet
+                if args.rl_steps > 0 and "grpo_success" not in done and done.get("bc_success") is not None:
+                    print(f"running grpo on {task} seed {seed}", file=sys.stderr, flush=True)
+                    done.update(_grpo(exe, task, k, bc_dir, out, args, common), commit=code_commit())
+                    path.write_text(json.dumps(done, indent=1))
+                continue
+            print(f"running {task} seed {seed}", file=sys.stderr, flush=True)
             for d in (demos, bc_dir):
                 if d.exists():
                     shutil.rmtree(d)
@@ -68,8 +83,6 @@ def main() -> None:
                                             "expert_success_rate": 0.0, "expert_failed": str(e)[-300:],
                                             "finished": True, "commit": code_commit()}, indent=1))
                 continue
-            common = ["log.progress=false", "log.checkpoint_every=0", "torch_threads=2", "policy.arch=vla",
-                      f"seed={seed}", "log.eval_every=0", f"log.eval_episodes={args.eval_episodes}", *env]
             bc, bc_wall = _run([exe, "train", "--task", task, "--run-dir", str(bc_dir), "algo=bc", f"data={demos}",
                                 f"total_steps={args.bc_steps}", "num_envs=4", "policy.vla.label_sigma=8",
                                 *common], args.timeout_s)
@@ -79,11 +92,7 @@ def main() -> None:
                       "demos": args.demos, "demo_wall_s": round(demo_wall, 1), "bc_success": bc.get("eval/success"),
                       "bc_wall_s": round(bc_wall, 1)}
             if args.rl_steps > 0:
-                rl, rl_wall = _run([exe, "train", "--task", task, "--run-dir", str(out / "runs" / f"grpo_task{k}"),
-                                    "algo=grpo", f"init={bc_dir}", f"total_steps={args.rl_steps}", "num_envs=8",
-                                    "grpo.group_size=4", "grpo.lr=1e-4", "grpo.temperature=1.0", *common],
-                                   args.timeout_s)
-                result.update(grpo_success=rl.get("eval/success"), grpo_wall_s=round(rl_wall, 1))
+                result.update(_grpo(exe, task, k, bc_dir, out, args, common))
             result.update(finished=True, commit=code_commit(), machine=machine_info())
             path.write_text(json.dumps(result, indent=1))
     rows = [json.loads(p.read_text()) for p in sorted(out.glob("task*_seed*.json"))]
