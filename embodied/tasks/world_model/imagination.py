@@ -169,8 +169,8 @@ class Imagination:
 
     def imagined_return(self, act, episodes: int, learner_device) -> float:
         """The mean return of ``act`` over ``episodes`` imagined episodes of the real task's length in the current
-        model: its elites' mean (no sampling, no truncation by disagreement), from the recorded episode starts, the
-        same starts on every call (policies scored on one call compare on equal terms)."""
+        model: its elites' mean (no sampling, no truncation by disagreement), from the recorded episode starts drawn
+        with one fixed seed (policies scored between two real steps see the same starts and compare on equal terms)."""
         from dataclasses import replace
 
         from embodied.evaluate import evaluate
