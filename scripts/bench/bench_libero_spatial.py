@@ -1,10 +1,11 @@
 """The VLA on the real LIBERO-Spatial (issue 13; slow, in the LIBERO virtual environment): per task of the suite,
 
-- ``expert``: ``embodied collect-demos --task libero:libero_spatial/K`` (the scripted (On A B) expert) until
-  ``--demos`` successful episodes; its success rate over every episode it played;
+- ``expert``: ``embodied collect-demos --task libero:libero_spatial/K`` (the scripted (On A B) expert, DART noise 0.1
+  by default) until ``--demos`` successful episodes; its success rate over every episode it played;
 - ``bc``: ``embodied train algo=bc policy.arch=vla data=DEMOS`` (``--bc-steps`` gradient steps), scored by
   ``embodied eval --episodes --eval-episodes`` on the suite's initial states;
-- ``grpo`` (with ``--rl-steps`` > 0): ``embodied train algo=grpo policy.arch=vla init=BC_RUN``, scored the same way.
+- ``grpo`` (with ``--rl-steps`` > 0): ``embodied train algo=grpo policy.arch=vla init=BC_RUN``, scored the same
+  way (a task whose expert and BC already ran gets only this stage).
 
 Observations: ``--observation state`` (LIBERO's object state; default: the pixel pipeline costs ~10x) or
 ``pixels``. Wall-clock per stage. Resumable: one JSON per (task, seed) under ``--out``; finished ones are skipped.
