@@ -39,13 +39,9 @@ def new_run_dir(cfg: RunConfig) -> Path:
 
 def build(cfg: RunConfig, run_dir: Path):
     """Collector, algorithm and runner of a run; names no algorithm, task or engine."""
-    if cfg.torch_threads < 1:
-        raise UserError(f"torch_threads must be >= 1, got {cfg.torch_threads}")
-    if cfg.ensemble < 1:
-        raise UserError(f"ensemble must be >= 1 (the number of independent learners), got {cfg.ensemble}")
-    if cfg.stop_passes is not None and cfg.stop_passes < 1:
-        raise UserError(f"stop_passes must be >= 1 (or null), got {cfg.stop_passes}")
-    check_value("stop_success", cfg.stop_success, RUN["stop_success"])  # a success rate (null: never stop early)
+    # the run's own counts and its stop rule's success rate (stop_passes, stop_success: null allowed)
+    for name in ("torch_threads", "ensemble", "num_envs", "total_steps", "stop_passes", "stop_success"):
+        check_value(name, getattr(cfg, name), RUN[name])
     check_settings("log", cfg.log, RUN)
     torch.set_num_threads(cfg.torch_threads)
     algo_cls = ALGOS.get(cfg.algo)
@@ -54,8 +50,6 @@ def build(cfg: RunConfig, run_dir: Path):
         raise UserError(f"algorithm {cfg.algo!r} ({algo_cls.paradigm}) has no runner; "
                         f"runners: {', '.join(sorted(RUNNERS))}")
     sim_device, learner_device = resolve_device(cfg.sim_device), resolve_device(cfg.learner_device)
-    if cfg.num_envs < 1 or cfg.total_steps < 1:
-        raise UserError("num_envs and total_steps must be >= 1")
     spec = TASKS.get(cfg.task)  # an unknown task fails before any worker starts
     # a task that learns its simulator while training (wm:<task>) collects real experience on its source task
     imagination = spec.imagination(cfg, learner_device, run_dir) if spec.imagination is not None else None

@@ -78,7 +78,8 @@ TASK = _rules(
 
 
 RUN = _rules(  # the run's own settings (RunConfig and its log section)
-    count=(COUNT, ("eval_episodes", "keep_checkpoints", "log_every")),
+    count=(COUNT, ("eval_episodes", "keep_checkpoints", "log_every", "torch_threads", "ensemble", "stop_passes",
+                   "num_envs", "total_steps")),
     index=(INDEX, ("checkpoint_every", "eval_every")),
     rate=(RATE, ("stop_success",)),
     choice=(("eval or model", lambda v: v in ("eval", "model")), ("keep_best_by",)),
