@@ -133,14 +133,15 @@ class Runner:
         return False
 
     def _keep_if_best(self, actor, result: dict) -> None:
-        score = (result.get("eval/success", float("-inf")), result["eval/return"])
         if self.cfg.log.keep_best_by == "model":  # both policies scored in the newest model, on the same starts
             score = (self._imagined_return(actor),)
+            row = {"best/imagined_return": score[0]}
             if self.best is not None:
-                kept = self._kept_actor(actor)
-                self.best["score"] = [self._imagined_return(kept)]
-            self.logger.log(self.step, {"best/imagined_return": score[0], **({"best/kept_imagined_return":
-                                        self.best["score"][0]} if self.best is not None else {})})
+                self.best["score"] = [self._imagined_return(self._kept_actor(actor))]
+                row["best/kept_imagined_return"] = self.best["score"][0]
+            self.logger.log(self.step, row)
+        else:
+            score = (result.get("eval/success", float("-inf")), result["eval/return"])
         if self.best is None or score > tuple(self.best["score"]):
             state = {k: v.detach().to("cpu", copy=True) for k, v in actor.state_dict().items()}
             self.best = {"step": self.step, "score": list(score), "eval": dict(result), "state": state}

@@ -183,16 +183,20 @@ class Imagination:
                           start="initial")
             self._judge = WorldModelEnv(cfg, episodes, self.device, seed=self.run_cfg.seed + 113, task=self.task,
                                         world=(self.network, {"task": self.task}))
-        s = self.store
-        self._judge.set_starts(s.get("state"), s.get("state")[s.get("initial") > 0.5])
+        self._judge.set_starts(*self._recorded_starts())
         return evaluate(act, self._judge, seed=self.run_cfg.seed + 113, learner_device=learner_device)["eval/return"]
+
+    def _recorded_starts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every recorded real state, and those that began an episode (where model episodes start)."""
+        states = self.store.get("state")
+        return states, states[self.store.get("initial") > 0.5]
 
     def refit(self) -> None:
         s = self.store
         metrics = fit(self.network, self.opt, s.get("state"), s.get("action"), s.get("reward"), s.get("next_state"),
                       s.get("terminated"), self.cfg.ensemble, self.generator)
         self.network.eval()
-        starts, initial = s.get("state"), s.get("state")[s.get("initial") > 0.5]
+        starts, initial = self._recorded_starts()
         self.env.set_starts(starts, initial)
         if not self.fitted:
             self.collector.reset(seed=self.run_cfg.seed + 109)
