@@ -180,7 +180,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     from embodied.provenance import code_commit
 
-    select = ["log.keep_best=true", "log.keep_best_by=model"] if args.select == "model" else []
+    # said either way: a preset may keep a best policy by default, and "last" must mean the last
+    select = ["log.keep_best=true", "log.keep_best_by=model"] if args.select == "model" else ["log.keep_best=false"]
     for task in args.tasks:
         for seed in args.seeds:
             done = {}
