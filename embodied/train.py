@@ -56,9 +56,12 @@ def build(cfg: RunConfig, run_dir: Path):
     if imagination is not None and algo_cls.paradigm != OFF_POLICY:
         raise UserError(f"{cfg.task} learns its model while training, in the off-policy runner: use an off-policy "
                         f"algorithm (sac, td3), or give env.model=RUN_DIR to train {cfg.algo} in a fitted model")
-    if cfg.log.keep_best and cfg.log.keep_best_by == "model" and imagination is None:
-        raise UserError("log.keep_best_by=model scores policies in the model a run learns: a wm:<task> run without "
-                        f"env.model; {cfg.task} has none (log.keep_best_by=eval)")
+    judge = None  # log.keep_best_by=model: how a policy is scored in the task's model
+    if cfg.log.keep_best and cfg.log.keep_best_by == "model":
+        judge = spec.judge(cfg, learner_device, imagination) if spec.judge is not None else None
+        if judge is None:
+            raise UserError(f"log.keep_best_by=model scores policies in a world model (a wm:<task> run); {cfg.task} "
+                            "has none (log.keep_best_by=eval)")
     factory = TaskEnvFactory(*source_task(cfg), sim_device) if imagination is not None \
         else make_train_env_factory(cfg, sim_device)
     collector = make_collector(cfg.runtime.engine, factory, cfg.num_envs, cfg.seed, learner_device, cfg.runtime)
@@ -85,7 +88,7 @@ def build(cfg: RunConfig, run_dir: Path):
             algo.close()
         raise
     return RUNNERS[algo_cls.paradigm](cfg, collector, algo, lambda: make_eval_env(cfg, cfg.log.eval_episodes),
-                                      run_dir, imagination=imagination)
+                                      run_dir, imagination=imagination, judge=judge)
 
 
 def warm_start(actor: torch.nn.Module, source: str) -> None:

@@ -65,6 +65,9 @@ class TaskSpec:
     # ``imagination(run_cfg, learner_device, run_dir)``: the second collector of a run that learns its simulator
     # while training (the off-policy runner feeds it every real step), or None to train on the task itself
     imagination: Callable[..., Any] | None = None
+    # ``judge(run_cfg, learner_device, imagination) -> score(act, episodes, learner_device) -> float``: a policy's
+    # return in the task's model instead of on the real task (``log.keep_best_by=model``), or None where it has none
+    judge: Callable[..., Any] | None = None
     # ``expert(env, action_noise=None, target_noise=0.0, seed=0) -> act(obs)``: a scripted demonstrator of the task
     # (``embodied collect-demos``), or None
     expert: Callable[..., Any] | None = None

@@ -23,10 +23,11 @@ STRICT_EPISODES = 200  # an evaluation this large decides the stop rule alone
 
 class Runner:
     def __init__(self, cfg: RunConfig, collector: Collector, algo: Algorithm, make_eval_env,
-                 run_dir: Path, imagination=None):
+                 run_dir: Path, imagination=None, judge=None):
         self.cfg, self.collector, self.algo = cfg, collector, algo
         # a second collector that learns a simulator from the real steps and steps it (TaskSpec.imagination)
         self.imagination = imagination
+        self.judge = judge  # log.keep_best_by=model: score(act, episodes, learner_device) in the task's model
         self.make_eval_env = make_eval_env  # factory: the eval env is built on first use
         self._eval_env = None
         self.run_dir = Path(run_dir)
@@ -148,7 +149,7 @@ class Runner:
             self.logger.log(self.step, {"best/step": self.step})
 
     def _imagined_return(self, actor) -> float:
-        return self.imagination.imagined_return(actor.act, self.cfg.log.eval_episodes, self.cfg.learner_device)
+        return self.judge(actor.act, self.cfg.log.eval_episodes, self.cfg.learner_device)
 
     def _kept_actor(self, actor):
         """A copy of ``actor`` holding the kept (best) policy's weights, in eval mode."""

@@ -453,7 +453,26 @@ def test_keep_best_by_model_scores_the_kept_and_the_new_policy_in_the_newest_mod
         if r["best/imagined_return"] > r["best/kept_imagined_return"]:
             kept = r["step"]
     assert load_checkpoint(run)["policy"]["step"] == summary["best_step"] == kept
-    with pytest.raises(UserError, match="keep_best_by=model scores policies in the model"):
+    # in a fitted model (env.model=RUN): scored in that model, from the episode starts saved with it; the kept policy,
+    # scored again by the task's judge (same seed), gets the score the run logged for it, twice
+    fixed = tmp_path / "fixed"
+    _, summary = train(load_config("wm:pendulum", "debug", [
+        *QUIET, "algo=sac", "seed=2", f"env.model={run}", "num_envs=4", "total_steps=1024", "log.eval_every=512",
+        "log.eval_episodes=4", "log.keep_best=true", "log.keep_best_by=model"]), fixed)
+    rows = [json.loads(line) for line in (fixed / "metrics.jsonl").read_text().splitlines()]
+    scored = [r for r in rows if "best/imagined_return" in r]
+    assert [r["step"] for r in scored] == [512, 1024] and math.isfinite(scored[1]["best/kept_imagined_return"])
+    kept = 1024 if scored[1]["best/imagined_return"] > scored[1]["best/kept_imagined_return"] else 512
+    assert load_checkpoint(fixed)["policy"]["step"] == summary["best_step"] == kept
+    from embodied.checkpoint import load_policy
+    from embodied.core.registry import TASKS
+
+    judge = TASKS.get("wm:pendulum").judge(load_config("wm:pendulum", "debug", ["seed=2", f"env.model={run}"]), "cpu",
+                                           None)
+    policy, last = load_policy(fixed), scored[1]
+    score = last["best/imagined_return"] if kept == 1024 else last["best/kept_imagined_return"]
+    assert judge(policy.act, 4, "cpu") == pytest.approx(score, rel=1e-6) == judge(policy.act, 4, "cpu")
+    with pytest.raises(UserError, match="keep_best_by=model scores policies in a world model"):
         train(load_config("pendulum", "debug", [*QUIET, "log.keep_best=true", "log.keep_best_by=model"]),
               tmp_path / "real")
     with pytest.raises(UserError, match="log.keep_best_by must be eval or model"):

@@ -43,6 +43,18 @@ def _imagination(run_cfg, learner_device, run_dir):
     return Imagination(run_cfg, learner_device, run_dir)
 
 
+def _judge(run_cfg, learner_device, imagination):
+    """``score(act, episodes, learner_device)``: a policy's imagined return (``log.keep_best_by=model``) in the model
+    the run learns, or in the fitted model it trains in (``env.model``)."""
+    if imagination is not None:
+        return imagination.imagined_return
+    from embodied.tasks.world_model.judge import ModelJudge
+
+    task = run_cfg.task.split(":", 1)[1]
+    steps = WorldModelEnv.spaces_of(task, run_cfg.env.base)["max_episode_steps"]
+    return ModelJudge(run_cfg.env, task, learner_device, run_cfg.seed + 113, steps).score
+
+
 def _family(task: str) -> TaskSpec:
     base = TASKS.get(task)
     if base.source is not None:
@@ -51,7 +63,7 @@ def _family(task: str) -> TaskSpec:
                     config_cls=_config_class(task, base.config_cls),
                     description=f"a learned model of {task}", backends=("world_model",),
                     success_metric=None, default_algo="sac", source=partial(_source, task),
-                    imagination=_imagination, tags=("world-model",))
+                    imagination=_imagination, judge=_judge, tags=("world-model",))
 
 
 register_task_family("wm", _family, "a learned world model of any state task: wm:<task> (issue 11)")

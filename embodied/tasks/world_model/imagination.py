@@ -107,7 +107,7 @@ class Imagination:
         self._fresh: torch.Tensor | None = None  # [N] real envs whose next observation starts an episode
         self.log: dict[str, float] = {}
         self._episode_steps = probe["max_episode_steps"]
-        self._judge = None  # the model env that scores policies (imagined_return), built on first use
+        self._judge = None  # scores policies in the model (imagined_return), built on first use
 
     @property
     def learner_sees_real(self) -> bool:
@@ -168,23 +168,16 @@ class Imagination:
         self.log["imagined/disagreement"] = float(self.collector.log.get("disagreement", 0.0))
 
     def imagined_return(self, act, episodes: int, learner_device) -> float:
-        """The mean return of ``act`` over ``episodes`` imagined episodes of the real task's length in the current
-        model: its elites' mean (no sampling, no truncation by disagreement), from the recorded episode starts drawn
-        with one fixed seed (policies scored between two real steps see the same starts and compare on equal terms)."""
-        from dataclasses import replace
-
-        from embodied.evaluate import evaluate
-        from embodied.tasks.world_model.env import WorldModelEnv
+        """The mean return of ``act`` in the current model (``ModelJudge``: ``episodes`` episodes of the real task's
+        length from the recorded episode starts); -inf before the first fit."""
+        from embodied.tasks.world_model.judge import ModelJudge
 
         if not self.fitted:
             return float("-inf")
-        if self._judge is None or self._judge.num_envs != episodes:
-            cfg = replace(self.cfg, horizon=self._episode_steps, deterministic=True, max_disagreement=None,
-                          start="initial")
-            self._judge = WorldModelEnv(cfg, episodes, self.device, seed=self.run_cfg.seed + 113, task=self.task,
-                                        world=(self.network, {"task": self.task}))
-        self._judge.set_starts(*self._recorded_starts())
-        return evaluate(act, self._judge, seed=self.run_cfg.seed + 113, learner_device=learner_device)["eval/return"]
+        if self._judge is None:
+            self._judge = ModelJudge(self.cfg, self.task, self.device, self.run_cfg.seed + 113, self._episode_steps,
+                                     world=(self.network, {"task": self.task}))
+        return self._judge.score(act, episodes, learner_device, self._recorded_starts())
 
     def _recorded_starts(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every recorded real state, and those that began an episode (where model episodes start)."""
