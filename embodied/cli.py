@@ -1,4 +1,4 @@
-"""The ``embodied`` command line: train, eval, export, deploy, wm-report, collect-demos, tasks.
+"""The ``embodied`` command line: train, eval, export, deploy, wm-report, wm-fit, collect-demos, tasks.
 
 Errors a user can cause end in one line on stderr and exit status 2, never a traceback."""
 
@@ -41,6 +41,20 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--episodes", type=int, default=20, help="held-out real episodes to record (default 20)")
     w.add_argument("--horizon", type=int, default=50, help="longest open-loop horizon [steps] (default 50)")
     w.add_argument("--seed", type=int, default=None, help="seed of the held-out episodes")
+    f = sub.add_parser("wm-fit", help="fit an RSSM world model of an image task (wm:<task> env.model=OUT steps it)")
+    f.add_argument("--task", required=True, help="an image task (e.g. pendulum-pixels)")
+    f.add_argument("--out", required=True, help="directory for world_model.pt; a fit there resumes")
+    f.add_argument("--data", default=None, help="a Minari dataset of the task (default: random-action episodes)")
+    f.add_argument("--episodes", type=int, default=24, help="random-action episodes to record (default 24)")
+    f.add_argument("--updates", type=int, default=3000, help="gradient updates in all (default 3000)")
+    f.add_argument("--preset", default="size1m", help="RSSM sizes: size1m or size12m (default size1m)")
+    f.add_argument("--depth", type=int, default=8, help="channels of the first conv layer (default 8)")
+    f.add_argument("--batch", type=int, default=16, help="sequences per update (default 16)")
+    f.add_argument("--length", type=int, default=32, help="steps per training sequence (default 32)")
+    f.add_argument("--frame-channels", type=int, default=3, help="channels of one frame of the stack (default 3)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    f.add_argument("overrides", nargs="*", help="task settings env.KEY=VALUE (e.g. env.image_size=32)")
     te = sub.add_parser("export-text-encoder", help="export the instruction encoder (MiniLM) to ONNX + tokenizer")
     te.add_argument("--out", required=True, help="directory for text_encoder.onnx and tokenizer.json")
     c = sub.add_parser("collect-demos", help="record a task's scripted expert as a Minari dataset")
@@ -160,6 +174,31 @@ def _cmd_wm_report(args) -> int:
     return 0
 
 
+def _cmd_wm_fit(args) -> int:
+    import torch
+
+    from embodied.evaluate_run import parse_env_settings
+    from embodied.tasks.world_model.rssm_fit import RSSMFit
+
+    if args.updates < 1 or args.threads < 1:
+        raise UserError("--updates and --threads must be >= 1")
+    torch.set_num_threads(args.threads)
+    fit = RSSMFit(args.task, Path(args.out), parse_env_settings(args.overrides, "wm-fit"), args.data, args.episodes,
+                  args.preset, args.depth, args.batch, args.length, args.frame_channels, args.seed)
+
+    def progress(r: dict) -> None:
+        loss = r["last_metrics"].get("rssm/loss", float("nan"))
+        print(f"\rupdate {r['updates']}/{args.updates}  loss {loss:.3f}  {r['train_s']:.0f} s", end="",
+              file=sys.stderr, flush=True)
+
+    result = fit.fit(args.updates, progress)
+    print(file=sys.stderr)
+    print(json.dumps({"model": str(Path(args.out) / "world_model.pt"), "task": args.task,
+                      **{k: result[k] for k in ("updates", "train_s", "parameters")},
+                      "loss": result.get("last_metrics", {}).get("rssm/loss")}))
+    return 0
+
+
 def _cmd_collect_demos(args) -> int:
     import embodied.tasks  # noqa: F401
     from embodied.datasets import collect_demos
@@ -209,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             args.overrides = [*args.overrides, *extra]
         commands = {"train": _cmd_train, "eval": _cmd_eval, "tasks": _cmd_tasks, "export": _cmd_export,
-                    "deploy": _cmd_deploy, "wm-report": _cmd_wm_report, "collect-demos": _cmd_collect_demos,
-                    "export-text-encoder": _cmd_export_text_encoder}
+                    "deploy": _cmd_deploy, "wm-report": _cmd_wm_report, "wm-fit": _cmd_wm_fit,
+                    "collect-demos": _cmd_collect_demos, "export-text-encoder": _cmd_export_text_encoder}
         return commands[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -322,9 +322,52 @@ def test_rssm_model_env_of_pendulum_pixels_passes_the_sweep_and_restacks_frames(
     report = wm_report(tmp_path, episodes=2, horizon=10)
     assert report["kind"] == "rssm" and len(report["psnr"]) == 10 and sorted(report["mean_psnr"]) == ["1", "5"]
     assert (tmp_path / "wm_report.mp4").stat().st_size > 0 and (tmp_path / "wm_report.png").stat().st_size > 0
-    # learning a model while training is for state tasks; an image task says so in one line
-    with pytest.raises(UserError, match="only for state tasks"):
+    # learning a model while training is for state tasks; an image task says so in one line (and names wm-fit)
+    with pytest.raises(UserError, match="only for state tasks.*embodied wm-fit"):
         train(load_config("wm:pendulum-pixels", "debug", [*QUIET]), tmp_path / "run")
+
+
+def test_wm_fit_fits_an_rssm_resumes_exactly_and_a_learner_trains_in_it(tmp_path, capsys):
+    """``embodied wm-fit``: an RSSM of pendulum-pixels from random-action episodes or from a Minari dataset of the
+    task; a fit stopped and resumed equals the fit made in one go, bit for bit; PPO (CNN) trains in the model and is
+    evaluated on the real task; bad input is one line."""
+    from embodied.cli import main
+    from embodied.tasks.world_model.rssm_fit import RSSMFit
+
+    small = ["--episodes", "3", "--batch", "4", "--length", "8", "--depth", "4", "env.image_size=48"]
+    assert main(["wm-fit", "--task", "pendulum-pixels", "--out", str(tmp_path / "a"), "--updates", "6", *small]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["updates"] == 6 and (tmp_path / "a" / "world_model.pt").exists()
+    assert main(["wm-fit", "--task", "pendulum-pixels", "--out", str(tmp_path / "a"), "--updates", "10", *small]) == 0
+    once = RSSMFit("pendulum-pixels", tmp_path / "b", {"image_size": 48}, episodes=3, batch=4, length=8, depth=4)
+    once.fit(10)
+    resumed = RSSMFit("pendulum-pixels", tmp_path / "a", {"image_size": 48}, episodes=3, batch=4, length=8, depth=4)
+    assert resumed.result["updates"] == 10
+    for (name, a), b in zip(once.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    # a learner in the fitted model, evaluated on the real task
+    _, summary = train(load_config("wm:pendulum-pixels", "debug", [
+        *QUIET, "algo=ppo", f"env.model={tmp_path / 'a'}", "env.base.image_size=48", "total_steps=256"]),
+        tmp_path / "ppo")
+    assert summary["step"] == 256 and math.isfinite(summary["eval/return"])
+    # from a dataset: its episodes are the training sequences (3 episodes of 200 steps: 201 observations each)
+    env = embodied.make_env("pendulum-pixels", num_envs=3, seed=0, image_size=48)
+    g = torch.Generator().manual_seed(0)
+    episodes = record_episodes(env, lambda o: torch.rand(3, 1, generator=g) * 2 - 1, 3, seed=0)
+    data = write_minari(tmp_path / "data", episodes, env.single_observation_space, env.single_action_space)
+    fit = RSSMFit("pendulum-pixels", tmp_path / "c", {"image_size": 48}, str(data), batch=4, length=8, depth=4)
+    assert fit.seqs["length"].tolist() == [201, 201, 201]
+    first = torch.as_tensor(episodes[0]["observations"]["policy"][7]).reshape(6, 48, 48)[3:].flatten()
+    assert torch.equal(fit.seqs["obs"][0, 7, : 3 * 48 * 48], first)  # the newest frame of the stack
+    assert torch.equal(fit.seqs["prev_action"][0, 1:201], torch.as_tensor(episodes[0]["actions"]))
+    capsys.readouterr()
+    # no image; unknown sizes; no dataset; a frame size the RSSM cannot take; another RSSM in a folder holding a fit
+    for bad in (["--task", "pendulum"], ["--task", "pendulum-pixels", "--preset", "size99"],
+                ["--task", "pendulum-pixels", "--data", str(tmp_path / "none")],
+                ["--task", "pendulum-pixels", "env.image_size=40"],
+                ["--task", "pendulum-pixels", *small, "--depth", "8"]):
+        assert main(["wm-fit", "--out", str(tmp_path / "a"), *bad]) == 2, bad
+        assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_a_model_starts_from_an_off_policy_runs_replay(tmp_path):

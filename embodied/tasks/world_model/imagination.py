@@ -77,7 +77,7 @@ class Imagination:
         self.groups = [k for k in probe["observation"].spaces]
         if any(probe["layout"].images(k) for k in self.groups):
             raise UserError(f"{run_cfg.task} learns its model while training only for state tasks (the ensemble); for "
-                            "an image task fit an RSSM (scripts/bench/bench_world_model_pixels.py) and train in it "
+                            "an image task fit an RSSM first (embodied wm-fit --task TASK --out DIR) and train in it "
                             "with env.model=DIR")
         state_dim = sum(s.shape[0] for s in probe["observation"].spaces.values())
         act_dim = probe["action"].shape[0]
