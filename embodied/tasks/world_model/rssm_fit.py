@@ -53,6 +53,7 @@ class RSSMFit:
         from embodied.config import make_task_config
         from embodied.core.registry import TASKS
         from embodied.sim_backends.world_model.rssm import PRESETS, RSSM, RSSMConfig
+        from embodied.sim_backends.world_model.sequences import parameter_count
 
         if preset not in PRESETS:
             raise UserError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
@@ -89,7 +90,7 @@ class RSSMFit:
         self.generator = torch.Generator().manual_seed(seed)
         self.result = {"task": task, "settings": self.settings, "data": data or f"{episodes} random-action episodes",
                        "preset": preset, "config": asdict(self.cfg), "frame_channels": frame_channels, "seed": seed,
-                       "parameters": sum(p.numel() for p in self.model.parameters()), "updates": 0, "train_s": 0.0}
+                       "parameters": parameter_count(self.model), "updates": 0, "train_s": 0.0}
         state = self.out / STATE_FILE
         if state.exists():
             self._resume(state)
