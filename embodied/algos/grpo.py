@@ -159,7 +159,7 @@ class GRPO(Algorithm):
             self.success = torch.where(done, (outcome > 0.5).float(), self.success)
             self.ended |= done
 
-    def _close_rollout(self) -> dict[str, float]:
+    def close_rollout(self) -> dict[str, float]:
         adv, keep = group_advantages(self.success, self.cfg.group_size)
         keep &= self.ended  # an episode cut short by the rollout's end has no outcome
         cols = {k: torch.stack([step[k] for step in self.steps]) for k in self.steps[0]}  # [T, N, ...]
@@ -178,7 +178,7 @@ class GRPO(Algorithm):
 
     # ---- learning ----------------------------------------------------------------------------------
     def update(self) -> dict[str, float]:
-        log = self._close_rollout()
+        log = self.close_rollout()
         if self._kept_groups < self.batch_groups and self.fill_rollouts < self.cfg.max_fill_rollouts:
             return log  # dynamic sampling: wait for more mixed groups
         if not self.pending:
@@ -220,6 +220,29 @@ class GRPO(Algorithm):
                 count += 1
         self.num_updates += 1
         return {**log, **{f"grpo/{k}": v / count for k, v in stats.items()}, "grpo/batch_steps": float(n)}
+
+    def surrogate_gradient(self) -> tuple[torch.Tensor, int]:
+        """The gradient of the clipped surrogate (to be maximized) over every kept step of the rollouts closed since
+        the last update, at the policy that collected them (ratio 1: no clipping), flattened over the policy's
+        parameters; and the mixed groups it rests on. Consumes those rollouts. A diagnostic of how much signal an
+        update holds (``scripts/bench/bench_grpo_gradient.py``): the cosine between two batches' gradients."""
+        params = list(self.pi.parameters())
+        kept, pending = self._kept_groups, self.pending
+        self.pending, self.fill_rollouts, self._kept_groups = [], 0, 0
+        self.pi.zero_grad(set_to_none=True)
+        if pending:
+            batch = {k: torch.cat([p[k] for p in pending]) for k in pending[0]}
+            n, act_dim = batch["action"].shape
+            per_step = max(1, self.cfg.minibatch_tokens // act_dim)
+            for start in range(0, n, per_step):
+                idx = torch.arange(start, min(start + per_step, n), device=self.device)
+                logp = self.dist(self.packer.unpack_rows(batch, idx)).log_prob(batch["action"][idx])
+                surrogate = clipped_objective(logp, batch["log_prob"][idx], batch["advantage"][idx][:, None],
+                                              self.cfg.clip_low, self.cfg.clip_high)
+                (surrogate.sum() / (n * act_dim)).backward()
+        grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
+        self.pi.zero_grad(set_to_none=True)
+        return grad, kept
 
     def actor(self) -> nn.Module:
         return self.pi

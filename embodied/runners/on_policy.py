@@ -10,20 +10,24 @@ from embodied.runners.base import Runner
 class OnPolicyRunner(Runner):
     def train(self) -> dict:
         self.start()
-        num_steps = self.algo.rollout_length
         while True:
-            seeds = self.algo.rollout_starts()
-            if seeds is not None:
-                self.collector.reset_seeded(seeds)
-            ended = None
-            for _ in range(num_steps):
-                tr = self.collect()
-                if self.algo.episodic:  # the rollout ends once every env has finished an episode
-                    done = tr.terminated | tr.truncated
-                    ended = done if ended is None else ended | done
-                    if bool(ended.all()):
-                        break
+            self.collect_rollout()
             metrics = self.algo.update()
             if self.after_update(metrics):
                 break
         return self.finish()
+
+    def collect_rollout(self) -> None:
+        """One rollout: ``rollout_length`` steps of every env, or for an episodic algorithm, from the starts it
+        asks for until every env has finished an episode."""
+        seeds = self.algo.rollout_starts()
+        if seeds is not None:
+            self.collector.reset_seeded(seeds)
+        ended = None
+        for _ in range(self.algo.rollout_length):
+            tr = self.collect()
+            if self.algo.episodic:  # the rollout ends once every env has finished an episode
+                done = tr.terminated | tr.truncated
+                ended = done if ended is None else ended | done
+                if bool(ended.all()):
+                    break

@@ -114,6 +114,25 @@ def test_dynamic_sampling_gives_up_waiting_after_max_fill_rollouts():
     assert out.get("grpo/skipped_updates") == 1.0 and algo.num_updates == 1
 
 
+def test_surrogate_gradient_is_the_advantage_weighted_score_of_the_kept_steps():
+    """At the collecting policy (ratio 1) the clipped surrogate's gradient is mean(A * grad log pi) over the kept steps'
+    action entries; the rollouts are consumed."""
+    algo = _grpo(batch_groups=2, max_fill_rollouts=3)
+    _rollout(algo, [1, 0, 1, 1])  # group 0 mixed (its 2 envs x 3 steps kept), group 1 all succeeded: dropped
+    batch = {k: v.clone() for k, v in algo.pending[0].items()}
+    grad, mixed = algo.surrogate_gradient()
+    assert mixed == 1 and algo.pending == [] and algo._kept_groups == 0
+    assert torch.allclose(batch["advantage"], torch.tensor([0.5, -0.5] * 3) / math.sqrt(0.5))  # (R - 0.5) / std 0.71
+    logp = algo.dist(batch["obs"]).log_prob(batch["action"])  # [6, act_dim]
+    expected = torch.autograd.grad((batch["advantage"][:, None] * logp).sum() / logp.numel(),
+                                   list(algo.pi.parameters()), allow_unused=True)
+    flat = torch.cat([(g if g is not None else torch.zeros_like(p)).flatten()
+                      for g, p in zip(expected, algo.pi.parameters())])
+    assert grad.shape == flat.shape and torch.allclose(grad, flat, atol=1e-7) and grad.norm() > 0
+    grad, mixed = algo.surrogate_gradient()  # nothing left
+    assert mixed == 0 and torch.equal(grad, torch.zeros_like(grad))
+
+
 def test_rollouts_keep_camera_entries_as_uint8_and_learn_from_the_same_floats():
     """A policy group with a quantized image term: the pending steps hold its pixels as uint8, and the update's
     inputs are the observed floats exactly."""
