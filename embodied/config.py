@@ -47,6 +47,9 @@ class VLAConfig:
     # on point-reach-language (0.08 -> 0.39) but its norm (0.59) swamps what tells mini-libero's instructions apart
     # ("leftmost" / "rightmost": 0.15 apart): 10-demo BC there, term tokens, seeds 0-2: 9.7% without, 5.4% with it
     text_noise: float = 0.0
+    # the entity pointers' query reads the instruction embedding times this gain: MiniLM's embeddings of "leftmost" and
+    # "rightmost" phrasings are 0.99 alike, and at gain 1 the 10-demo clone's first choice between them is a coin flip
+    query_gain: float = 1.0
 
 
 @dataclass

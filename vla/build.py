@@ -43,6 +43,8 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
     if cfg.head not in ("tokens", "continuous") or cfg.vision not in ("cnn", "vit"):
         raise UserError(f"policy.vla: head is tokens|continuous and vision cnn|vit, got {cfg.head!r}, "
                         f"{cfg.vision!r}")
+    if not cfg.query_gain > 0:
+        raise UserError(f"policy.vla.query_gain scales the pointers' instruction input: > 0, got {cfg.query_gain}")
     if cfg.chunk < 1 or not 1 <= cfg.execute <= cfg.chunk or cfg.bins < 2 or cfg.width < 8:
         raise UserError(f"policy.vla: chunk >= 1, execute in 1..chunk, bins >= 2, width >= 8; got chunk "
                         f"{cfg.chunk}, execute {cfg.execute}, bins {cfg.bins}, width {cfg.width}")
@@ -56,7 +58,7 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
         policy = VLAPolicy(obs_dim, act_dim, text, ctx.image("policy"), cfg.vision, cfg.width, cfg.head, cfg.bins,
                            cfg.chunk, cfg.execute, ctx.policy.obs_normalization,
                            terms=state_terms(ctx.layout) if encoder != "mlp" else None,
-                           state_encoder=encoder if encoder != "mlp" else "tokens")
+                           state_encoder=encoder if encoder != "mlp" else "tokens", query_gain=cfg.query_gain)
     except ValueError as e:
         raise UserError(f"policy.vla: {e}") from None
     if announce:

@@ -102,6 +102,29 @@ def test_pointer_vla_reads_the_objects_only_through_its_pointers():
         VLAPolicy(obs_dim, 2, [11, TEXT], terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1]], state_encoder="graph")
 
 
+def test_query_gain_scales_only_the_pointers_instruction_input_and_is_rebuilt_from_the_spec():
+    from embodied.policies import build_policy
+
+    obs_dim = 11 + TEXT
+    kw = dict(terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1]], state_encoder="pointers", obs_normalization=False)
+    plain = VLAPolicy(obs_dim, 2, [11, TEXT], **kw)
+    gained = VLAPolicy(obs_dim, 2, [11, TEXT], query_gain=5.0, **kw)
+    gained.load_state_dict(plain.state_dict())
+    obs = torch.randn(4, obs_dim, generator=torch.Generator().manual_seed(2))
+    louder = torch.cat([obs[:, :11], 5.0 * obs[:, 11:]], 1)
+    # the same weights: gain 5 scores the entities as gain 1 would score an instruction five times as long
+    assert torch.allclose(gained.pointer_logits(obs), plain.pointer_logits(louder), atol=1e-6)
+    assert not torch.allclose(gained.pointer_logits(obs), plain.pointer_logits(obs))
+    # the trunk's own instruction input is not scaled: with a flat pointer the two read the same
+    with torch.no_grad():
+        for pi in (plain, gained):
+            pi.pointers.query.weight.zero_()
+            pi.pointers.query.bias.zero_()
+    assert torch.allclose(gained.chunk(obs), plain.chunk(obs))
+    rebuilt = build_policy({"name": "vla", "kwargs": gained.init_kwargs})
+    assert rebuilt.pointers.query_gain == 5.0
+
+
 def test_state_terms_of_a_language_task_group_objects_by_kind():
     from embodied.core.layout import Layout, Term
     from embodied.vla.build import state_terms

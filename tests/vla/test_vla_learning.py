@@ -103,6 +103,10 @@ def test_term_token_vla_clones_and_exports_with_parity(bc_run, tmp_path):
                                                      "policy.vla.state_encoder=graph"])
     with pytest.raises(UserError, match="state_encoder"):
         train(bad, tmp_path / "bad")
+    bad = load_config("point-reach-language", None, [*QUIET, "algo=bc", f"data={data}", "policy.arch=vla",
+                                                     "policy.vla.query_gain=0"])
+    with pytest.raises(UserError, match="query_gain"):
+        train(bad, tmp_path / "bad_gain")
 
 
 def test_residual_learner_over_a_frozen_vla(bc_run, tmp_path):
