@@ -137,9 +137,10 @@ class EntityPointers(nn.Module):
     every object, and only the choice of object is learned per instruction (a colour through the identity, a place
     such as "leftmost" through the key's linear map of the position). A query that also read the arm's state picked
     the instructed cube at 77% of fresh spatial starts (92% from the instruction alone; 10-demo mini-libero clone,
-    seed 0: 62% -> 70%). ``query_gain`` multiplies the instruction the query reads: a sentence embedding that barely
-    tells two instructions apart ("leftmost" and "rightmost": MiniLM cosine 0.99) then moves the query by as much as
-    one that differs more. ``terms``: ``[start, size]`` of each state term; ``kinds`` as in ``TermTokens``."""
+    seed 0: 62% -> 70%). ``query_gain`` multiplies the instruction the query reads, and with it how far each step of
+    the query's weights moves the scores (Adam's steps are per weight): two instructions as alike as "leftmost" and
+    "rightmost" (MiniLM cosine 0.99) come apart within the same cloning budget. ``terms``: ``[start, size]`` of each
+    state term; ``kinds`` as in ``TermTokens``."""
 
     def __init__(self, terms: list, kinds: list, text_dim: int, pointers: int = 2, dim: int = 64,
                  query_gain: float = 1.0):
