@@ -11,9 +11,10 @@ not lifted``; ``lifted, not placed`` into ``released`` (the command was open on 
 policy let go) and ``slipped`` (closed there: the cube fell out of the fingers).
 A mini-libero run (issue 13) is classed per task: ``success``, ``never reached`` (the grip point never came within
 2 cm of the instructed cube), ``wrong cube lifted`` (another cube rose 1 cm; not a success), ``lifted, not placed``
-(the instructed cube rose, the goal never held) and ``reached, not lifted``; for a VLA with entity pointers also
-``pointer lost``: failed episodes in which the first pointer left the instructed cube at some step (a tag across the
-classes: the clone chose, or switched to, another cube). Prints one JSON per run.
+(the instructed cube rose, the goal never held: split into ``ended over the goal``, within 4.5 cm of the goal point
+in the plane at the episode's end, ``released`` and ``slipped`` as for pick-place) and ``reached, not lifted``; for
+a VLA with entity pointers also ``pointer lost``: failed episodes in which the first pointer left the instructed cube
+at some step (a tag across the classes: the clone chose, or switched to, another cube). Prints one JSON per run.
 
     python scripts/bench/bench_pick_failures.py RUN [RUN ...] [--episodes 100]
 """
@@ -79,6 +80,9 @@ def classify(run: Path, episodes: int) -> dict:
             **{k: int(v.sum()) for k, v in classes.items()}}
 
 
+GOAL_NEAR = 0.045  # [m] the cube's centre within this of the goal point (the plate's half width): over the goal
+
+
 def classify_suite(env, policy, seed: int) -> dict:
     """mini-libero: the first episode of every env classed by what the grip and the cubes did, per task."""
     from embodied.tasks.manipulation.tabletop import CUBE
@@ -86,7 +90,7 @@ def classify_suite(env, policy, seed: int) -> dict:
     n = env.num_envs
     rows = torch.arange(n)
     task, target = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
-    reached, lifted, wrong, lost = (torch.zeros(n, dtype=torch.bool) for _ in range(4))
+    reached, lifted, wrong, lost, closed_up, near, over = (torch.zeros(n, dtype=torch.bool) for _ in range(7))
     pointers = next((m for m in policy.modules()
                      if hasattr(m, "pointer_logits") and getattr(m, "pointers", None) is not None), None)
     first = True
@@ -103,15 +107,24 @@ def classify_suite(env, policy, seed: int) -> dict:
         others[rows, target] = False
         reached[live] |= ((grip - pos[rows, target]).norm(dim=1) < 0.02)[live]
         lifted[live] |= up[rows, target][live]
+        mine_up = live & up[rows, target]
+        closed_up[mine_up] = (action[:, -1] > 0)[mine_up]  # the gripper command on the cube's newest lifted step
+        near[:] = (pos[rows, target, :2] - env.goal_point()[:, :2]).norm(dim=1) < GOAL_NEAR
         wrong[live] |= others.any(1)[live]
         if pointers is not None:
             lost[live] |= (pointers.pointer_logits(obs["policy"])[:, 0].argmax(-1) != target)[live]
 
-    success = first_episodes(env, policy, seed, watch)
+    def ended(mask: torch.Tensor, terminated: torch.Tensor) -> None:  # where the cube was when the episode ended
+        over[mask] = near[mask]
+
+    success = first_episodes(env, policy, seed, watch, ended)
     fail = ~success
+    placed_not = fail & ~wrong & lifted
     classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
                "wrong cube lifted": fail & wrong,
-               "lifted, not placed": fail & ~wrong & lifted, "reached, not lifted": fail & ~wrong & reached & ~lifted}
+               "lifted, not placed": placed_not, "reached, not lifted": fail & ~wrong & reached & ~lifted,
+               "  ended over the goal": placed_not & over, "  released": placed_not & ~over & ~closed_up,
+               "  slipped": placed_not & ~over & closed_up}
     if pointers is not None:
         classes["pointer lost"] = fail & lost
     per_task = {name: {"episodes": int((task == i).sum())} | {k: int((v & (task == i)).sum()) for k, v in
