@@ -177,15 +177,30 @@ class GRPO(Algorithm):
                 "grpo/episode_steps": float(valid.sum())}
 
     # ---- learning ----------------------------------------------------------------------------------
+    def _take_batch(self) -> tuple[dict[str, torch.Tensor] | None, int]:
+        """The kept steps of the rollouts closed since the last update, as one batch (None: none were kept), and the
+        mixed groups they hold; dynamic sampling starts waiting afresh."""
+        batch = {k: torch.cat([p[k] for p in self.pending]) for k in self.pending[0]} if self.pending else None
+        kept = self._kept_groups
+        self.pending, self.fill_rollouts, self._kept_groups = [], 0, 0
+        return batch, kept
+
+    def _surrogate(self, batch: dict[str, torch.Tensor], idx: torch.Tensor):
+        """The tempered policy on the batch's rows ``idx``, their actions' log-probabilities ``[B, act_dim]`` and the
+        per-token clipped surrogate."""
+        dist = self.dist(self.packer.unpack_rows(batch, idx))
+        logp = dist.log_prob(batch["action"][idx])
+        surrogate = clipped_objective(logp, batch["log_prob"][idx], batch["advantage"][idx][:, None],
+                                      self.cfg.clip_low, self.cfg.clip_high)
+        return dist, logp, surrogate
+
     def update(self) -> dict[str, float]:
         log = self.close_rollout()
         if self._kept_groups < self.batch_groups and self.fill_rollouts < self.cfg.max_fill_rollouts:
             return log  # dynamic sampling: wait for more mixed groups
-        if not self.pending:
-            self.fill_rollouts, self._kept_groups = 0, 0
+        batch, _ = self._take_batch()
+        if batch is None:
             return {**log, "grpo/skipped_updates": 1.0}
-        batch = {k: torch.cat([p[k] for p in self.pending]) for k in self.pending[0]}
-        self.pending, self.fill_rollouts, self._kept_groups = [], 0, 0
         n, act_dim = batch["action"].shape
         per_step = max(1, self.cfg.minibatch_tokens // act_dim)
         stats = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "entropy": 0.0, "bc_loss": 0.0}
@@ -194,11 +209,7 @@ class GRPO(Algorithm):
             order = torch.randperm(n, generator=self.generator, device=self.device)
             for start in range(0, n, per_step):
                 idx = order[start:start + per_step]
-                dist = self.dist(self.packer.unpack_rows(batch, idx))
-                logp = dist.log_prob(batch["action"][idx])  # [B, act_dim]
-                adv = batch["advantage"][idx][:, None]
-                surrogate = clipped_objective(logp, batch["log_prob"][idx], adv, self.cfg.clip_low,
-                                              self.cfg.clip_high)
+                dist, logp, surrogate = self._surrogate(batch, idx)
                 loss = -surrogate.mean()
                 bc = torch.zeros(())
                 if self.demos is not None:
@@ -227,18 +238,14 @@ class GRPO(Algorithm):
         parameters; and the mixed groups it rests on. Consumes those rollouts. A diagnostic of how much signal an
         update holds (``scripts/bench/bench_grpo_gradient.py``): the cosine between two batches' gradients."""
         params = list(self.pi.parameters())
-        kept, pending = self._kept_groups, self.pending
-        self.pending, self.fill_rollouts, self._kept_groups = [], 0, 0
+        batch, kept = self._take_batch()
         self.pi.zero_grad(set_to_none=True)
-        if pending:
-            batch = {k: torch.cat([p[k] for p in pending]) for k in pending[0]}
+        if batch is not None:
             n, act_dim = batch["action"].shape
             per_step = max(1, self.cfg.minibatch_tokens // act_dim)
             for start in range(0, n, per_step):
-                idx = torch.arange(start, min(start + per_step, n), device=self.device)
-                logp = self.dist(self.packer.unpack_rows(batch, idx)).log_prob(batch["action"][idx])
-                surrogate = clipped_objective(logp, batch["log_prob"][idx], batch["advantage"][idx][:, None],
-                                              self.cfg.clip_low, self.cfg.clip_high)
+                _, _, surrogate = self._surrogate(batch, torch.arange(start, min(start + per_step, n),
+                                                                      device=self.device))
                 (surrogate.sum() / (n * act_dim)).backward()
         grad = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
         self.pi.zero_grad(set_to_none=True)
