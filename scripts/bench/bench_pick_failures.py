@@ -123,8 +123,8 @@ def classify_suite(env, policy, seed: int) -> dict:
     classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
                "wrong cube lifted": fail & wrong,
                "lifted, not placed": placed_not, "reached, not lifted": fail & ~wrong & reached & ~lifted,
-               "  ended over the goal": placed_not & over, "  released": placed_not & ~over & ~closed_up,
-               "  slipped": placed_not & ~over & closed_up}
+               "ended over the goal": placed_not & over, "released": placed_not & ~over & ~closed_up,
+               "slipped": placed_not & ~over & closed_up}
     if pointers is not None:
         classes["pointer lost"] = fail & lost
     per_task = {name: {"episodes": int((task == i).sum())} | {k: int((v & (task == i)).sum()) for k, v in
