@@ -8,7 +8,9 @@ the cube at 5 cm/s or faster, and ``still off its rest``, the rest: tilted on th
 the gripper splits two of them (its command's sign closes, > 0, or opens the fingers): ``never lifted`` into ``never
 closed at the cube`` (the command stayed open on every step the grip point was within 2 cm of the cube) and ``closed,
 not lifted``; ``lifted, not placed`` into ``released`` (the command was open on the cube's last lifted step: the
-policy let go) and ``slipped`` (closed there: the cube fell out of the fingers).
+policy let go) and ``slipped`` (closed there: the cube fell out of the fingers); ``released`` again into ``released
+near the goal`` (the cube within 10 cm of the goal point then: a placement that missed) and ``released away`` (a drop
+on the way).
 A mini-libero run (issue 13) is classed per task: ``success``, ``never reached`` (the grip point never came within
 2 cm of the instructed cube), ``wrong cube lifted`` (another cube rose 1 cm; not a success), ``lifted, not placed``
 (the instructed cube rose, the goal never held: split into ``ended over the goal``, within 4.5 cm of the goal point
@@ -30,6 +32,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _machine import emit, first_episodes, machine_info  # noqa: E402
 
+# [m] a release with the cube's centre within this of the goal point in the plane (on its newest lifted step) was a
+# placement that missed (let go too early or off target); farther out, a drop on the way
+RELEASE_NEAR = 0.10
+
 
 @torch.no_grad()
 def classify(run: Path, episodes: int) -> dict:
@@ -48,7 +54,7 @@ def classify(run: Path, episodes: int) -> dict:
     if not isinstance(env, PickPlaceEnv):
         raise SystemExit(f"{run}: a pick-place run is needed, this one is {cfg.task}")
     n = episodes
-    lifted, over, near, closed_at, closed_up = (torch.zeros(n, dtype=torch.bool) for _ in range(5))
+    lifted, over, near, closed_at, closed_up, up_near = (torch.zeros(n, dtype=torch.bool) for _ in range(6))
     held, moving, end_held, end_moving = (torch.zeros(n, dtype=torch.bool) for _ in range(4))
 
     def watch(live: torch.Tensor, obs: dict, action: torch.Tensor) -> None:
@@ -60,6 +66,7 @@ def classify(run: Path, episodes: int) -> dict:
         at_cube = live & ((grip - pos).norm(dim=1) < 0.02)
         closed_at[at_cube] |= closing[at_cube]
         closed_up[live & up] = closing[live & up]  # the command on the newest lifted step
+        up_near[live & up] = ((pos[:, :2] - env.goal[:, :2]).norm(dim=1) < RELEASE_NEAR)[live & up]  # and where
         near[:] = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
         held[:] = closing & (pos[:, 2] - env.goal[:, 2] > 0.01)
         moving[:] = env.sim.qvel[:, env.obj_dof:env.obj_dof + 3].norm(dim=1) >= 0.05
@@ -75,7 +82,8 @@ def classify(run: Path, episodes: int) -> dict:
                "still off its rest": on_plate & ~end_held & ~end_moving,
                "lifted, not placed": dropped, "never closed at the cube": ~success & ~lifted & ~closed_at,
                "closed, not lifted": ~success & ~lifted & closed_at, "released": dropped & ~closed_up,
-               "slipped": dropped & closed_up}
+               "released near the goal": dropped & ~closed_up & up_near,
+               "released away": dropped & ~closed_up & ~up_near, "slipped": dropped & closed_up}
     return {"run": str(run), "task": cfg.task, "step": int(ckpt["step"]), "episodes": n,
             **{k: int(v.sum()) for k, v in classes.items()}}
 
@@ -90,7 +98,7 @@ def classify_suite(env, policy, seed: int) -> dict:
     n = env.num_envs
     rows = torch.arange(n)
     task, target = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
-    reached, lifted, wrong, lost, closed_up, near, over = (torch.zeros(n, dtype=torch.bool) for _ in range(7))
+    reached, lifted, wrong, lost, closed_up, near, over, up_near = (torch.zeros(n, dtype=torch.bool) for _ in range(8))
     pointers = next((m for m in policy.modules()
                      if hasattr(m, "pointer_logits") and getattr(m, "pointers", None) is not None), None)
     first = True
@@ -109,7 +117,9 @@ def classify_suite(env, policy, seed: int) -> dict:
         lifted[live] |= up[rows, target][live]
         mine_up = live & up[rows, target]
         closed_up[mine_up] = (action[:, -1] > 0)[mine_up]  # the gripper command on the cube's newest lifted step
-        near[:] = (pos[rows, target, :2] - env.goal_point()[:, :2]).norm(dim=1) < GOAL_NEAR
+        off = (pos[rows, target, :2] - env.goal_point()[:, :2]).norm(dim=1)
+        up_near[mine_up] = (off < RELEASE_NEAR)[mine_up]  # and where the cube was then
+        near[:] = off < GOAL_NEAR
         wrong[live] |= others.any(1)[live]
         if pointers is not None:
             lost[live] |= (pointers.pointer_logits(obs["policy"])[:, 0].argmax(-1) != target)[live]
@@ -124,7 +134,8 @@ def classify_suite(env, policy, seed: int) -> dict:
                "wrong cube lifted": fail & wrong,
                "lifted, not placed": placed_not, "reached, not lifted": fail & ~wrong & reached & ~lifted,
                "ended over the goal": placed_not & over, "released": placed_not & ~over & ~closed_up,
-               "slipped": placed_not & ~over & closed_up}
+               "released near the goal": placed_not & ~over & ~closed_up & up_near,
+               "released away": placed_not & ~over & ~closed_up & ~up_near, "slipped": placed_not & ~over & closed_up}
     if pointers is not None:
         classes["pointer lost"] = fail & lost
     per_task = {name: {"episodes": int((task == i).sum())} | {k: int((v & (task == i)).sum()) for k, v in
