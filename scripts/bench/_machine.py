@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 
 
 def machine_info() -> dict:
@@ -44,6 +45,17 @@ def rate(step, n: int, seconds: float) -> float:
     return calls * n / elapsed
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (``kill``, ``pkill``) raises SystemExit in the main thread, so ``subprocess.run`` kills the command it
+    waits on before the bench exits: by default the bench would die at once and leave its ``embodied train`` child
+    running, unseen, beside the next benchmark."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def run_json(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
     """Run an ``embodied`` command; its last stdout line (a JSON object), its wall-clock [s] and its stderr. A failed
     command raises with its last stderr line."""
@@ -51,6 +63,7 @@ def run_json(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
     import subprocess
     import time
 
+    _exit_on_sigterm()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - t0
