@@ -45,10 +45,11 @@ def rate(step, n: int, seconds: float) -> float:
     return calls * n / elapsed
 
 
-def _exit_on_sigterm() -> None:
+def exit_on_sigterm() -> None:
     """SIGTERM (``kill``, ``pkill``) raises SystemExit in the main thread, so ``subprocess.run`` kills the command it
     waits on before the bench exits: by default the bench would die at once and leave its ``embodied train`` child
-    running, unseen, beside the next benchmark."""
+    running, unseen, beside the next benchmark. ``run_json`` calls it; a bench that runs commands with ``subprocess``
+itself calls it first in its ``main``."""
     import signal
     import threading
 
@@ -63,7 +64,7 @@ def run_json(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
     import subprocess
     import time
 
-    _exit_on_sigterm()
+    exit_on_sigterm()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     wall = time.perf_counter() - t0

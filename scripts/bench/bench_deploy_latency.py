@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import emit, machine_info  # noqa: E402
+from _machine import emit, exit_on_sigterm, machine_info  # noqa: E402
 
 import embodied  # noqa: E402
 from embodied.core.layout import generic_layout  # noqa: E402
@@ -152,6 +152,7 @@ def measure(name: str, actor, layout, obs: np.ndarray, workdir: Path, calls: int
 
 
 def main() -> None:
+    exit_on_sigterm()  # a killed bench stops the command it runs
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", default=None, help="a quadrotor-hover run whose actor to measure (default: fresh)")
     ap.add_argument("--calls", type=int, default=20000)

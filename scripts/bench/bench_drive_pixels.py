@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import machine_info  # noqa: E402
+from _machine import exit_on_sigterm, machine_info  # noqa: E402
 
 VARIANTS = {"pixels": [], "probe": ["env.probing=true"], "state": ["env.observation=state"]}
 
@@ -49,6 +49,7 @@ def run(variant: str, seed: int, out: Path, extra: list[str], timeout_s: float) 
 
 
 def main() -> None:
+    exit_on_sigterm()  # a killed bench stops the command it runs
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     ap.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])

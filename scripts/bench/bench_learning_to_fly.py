@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import machine_info  # noqa: E402
+from _machine import exit_on_sigterm, machine_info  # noqa: E402
 
 CRITERION = 0.95
 EVAL_EVERY = 10_000
@@ -221,6 +221,7 @@ def summarize(results: dict[tuple[str, int], dict]) -> dict:
 
 
 def main() -> None:
+    exit_on_sigterm()  # a killed bench stops the command it runs
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="*", default=list(range(10)), help="seeds for ours")
     ap.add_argument("--peer-seeds", type=int, nargs="*", default=[0, 1, 2])

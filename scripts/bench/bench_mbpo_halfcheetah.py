@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import machine_info  # noqa: E402
+from _machine import exit_on_sigterm, machine_info  # noqa: E402
 
 # the same for both, stated (configs/halfcheetah.yaml is PPO's; the running observation normalization is the
 # PolicyConfig default, and the learner's normalizer sees imagined observations too in the MBPO run)
@@ -55,6 +55,7 @@ def run(variant: str, seed: int, steps: int, out: Path, timeout_s: float) -> dic
 
 
 def main() -> None:
+    exit_on_sigterm()  # a killed bench stops the command it runs
     from embodied.provenance import code_commit
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from _machine import machine_info  # scripts/bench is on sys.path when a bench runs
+from _machine import exit_on_sigterm, machine_info  # scripts/bench is on sys.path when a bench runs
 
 SB3 = """
 import sys, time, json
@@ -74,6 +74,7 @@ def first_at(evals: list[dict], target: float) -> dict | None:
 
 
 def main() -> None:
+    exit_on_sigterm()  # a killed bench stops the command it runs
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=350_000)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])

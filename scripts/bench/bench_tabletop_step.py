@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import emit, machine_info  # noqa: E402
+from _machine import emit, exit_on_sigterm, machine_info  # noqa: E402
 from _machine import rate as _rate  # noqa: E402
 
 FETCH = r"""
@@ -103,6 +103,7 @@ def fetch(n: int, seconds: float) -> dict | str:
 
 
 def main() -> None:
+    exit_on_sigterm()  # a killed bench stops the command it runs
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", nargs="*", default=["pick-place"])
     ap.add_argument("--sizes", type=int, nargs="*", default=[16, 64])

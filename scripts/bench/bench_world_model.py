@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _machine import machine_info  # noqa: E402
+from _machine import exit_on_sigterm, machine_info  # noqa: E402
 
 # the real learner per task, with the same learner, network sizes and evaluation as the model-based runs:
 # pendulum: SAC at an update-to-data ratio of 1 (the usual SAC), the PolicyConfig defaults;
@@ -158,6 +158,7 @@ def run_dream_long(task: str, seed: int, steps: int, burn_in: int, out: Path, ti
 
 
 def main() -> None:
+    exit_on_sigterm()  # a killed bench stops the command it runs
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", nargs="*", default=["pendulum"], choices=list(REAL))
     ap.add_argument("--seeds", type=int, nargs="*", default=[0])
