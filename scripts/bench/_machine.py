@@ -49,7 +49,7 @@ def exit_on_sigterm() -> None:
     """SIGTERM (``kill``, ``pkill``) raises SystemExit in the main thread, so ``subprocess.run`` kills the command it
     waits on before the bench exits: by default the bench would die at once and leave its ``embodied train`` child
     running, unseen, beside the next benchmark. ``run_json`` calls it; a bench that runs commands with ``subprocess``
-itself calls it first in its ``main``."""
+    itself calls it first in its ``main``."""
     import signal
     import threading
 

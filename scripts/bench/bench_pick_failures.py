@@ -35,6 +35,7 @@ from _machine import emit, first_episodes, machine_info  # noqa: E402
 # [m] a release with the cube's centre within this of the goal point in the plane (on its newest lifted step) was a
 # placement that missed (let go too early or off target); farther out, a drop on the way
 RELEASE_NEAR = 0.10
+GOAL_NEAR = 0.045  # [m] the cube's centre within this of the goal point (the plate's half width): over the goal
 
 
 @torch.no_grad()
@@ -66,8 +67,9 @@ def classify(run: Path, episodes: int) -> dict:
         at_cube = live & ((grip - pos).norm(dim=1) < 0.02)
         closed_at[at_cube] |= closing[at_cube]
         closed_up[live & up] = closing[live & up]  # the command on the newest lifted step
-        up_near[live & up] = ((pos[:, :2] - env.goal[:, :2]).norm(dim=1) < RELEASE_NEAR)[live & up]  # and where
-        near[:] = ((pos[:, :2] - env.goal[:, :2]).abs() < env.PLATE[0]).all(1)
+        off = pos[:, :2] - env.goal[:, :2]
+        up_near[live & up] = (off.norm(dim=1) < RELEASE_NEAR)[live & up]  # and where the cube was then
+        near[:] = (off.abs() < env.PLATE[0]).all(1)
         held[:] = closing & (pos[:, 2] - env.goal[:, 2] > 0.01)
         moving[:] = env.sim.qvel[:, env.obj_dof:env.obj_dof + 3].norm(dim=1) >= 0.05
 
@@ -76,19 +78,17 @@ def classify(run: Path, episodes: int) -> dict:
 
     success = first_episodes(env, policy, eval_seed(cfg), watch, ended)
     dropped = ~success & lifted & ~over
+    released = dropped & ~closed_up
     on_plate = ~success & lifted & over
     classes = {"success": success, "never lifted": ~success & ~lifted, "over the plate": on_plate,
                "held above the plate": on_plate & end_held, "moving over the plate": on_plate & ~end_held & end_moving,
                "still off its rest": on_plate & ~end_held & ~end_moving,
                "lifted, not placed": dropped, "never closed at the cube": ~success & ~lifted & ~closed_at,
-               "closed, not lifted": ~success & ~lifted & closed_at, "released": dropped & ~closed_up,
-               "released near the goal": dropped & ~closed_up & up_near,
-               "released away": dropped & ~closed_up & ~up_near, "slipped": dropped & closed_up}
+               "closed, not lifted": ~success & ~lifted & closed_at, "released": released,
+               "released near the goal": released & up_near, "released away": released & ~up_near,
+               "slipped": dropped & closed_up}
     return {"run": str(run), "task": cfg.task, "step": int(ckpt["step"]), "episodes": n,
             **{k: int(v.sum()) for k, v in classes.items()}}
-
-
-GOAL_NEAR = 0.045  # [m] the cube's centre within this of the goal point (the plate's half width): over the goal
 
 
 def classify_suite(env, policy, seed: int) -> dict:
@@ -130,12 +130,13 @@ def classify_suite(env, policy, seed: int) -> dict:
     success = first_episodes(env, policy, seed, watch, ended)
     fail = ~success
     placed_not = fail & ~wrong & lifted
+    released = placed_not & ~over & ~closed_up
     classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
                "wrong cube lifted": fail & wrong,
                "lifted, not placed": placed_not, "reached, not lifted": fail & ~wrong & reached & ~lifted,
-               "ended over the goal": placed_not & over, "released": placed_not & ~over & ~closed_up,
-               "released near the goal": placed_not & ~over & ~closed_up & up_near,
-               "released away": placed_not & ~over & ~closed_up & ~up_near, "slipped": placed_not & ~over & closed_up}
+               "ended over the goal": placed_not & over, "released": released,
+               "released near the goal": released & up_near, "released away": released & ~up_near,
+               "slipped": placed_not & ~over & closed_up}
     if pointers is not None:
         classes["pointer lost"] = fail & lost
     per_task = {name: {"episodes": int((task == i).sum())} | {k: int((v & (task == i)).sum()) for k, v in
