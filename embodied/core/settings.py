@@ -63,7 +63,7 @@ TASK = _rules(
                          "success_radius", "termination_radius", "tip_limit", "tolerance")),
     non_negative=(NON_NEGATIVE, ("action_cost", "arm_noise", "contact_cost_weight", "ctrl_cost_weight",
                                  "disturbance_force", "disturbance_torque", "distractor_jitter", "goal_margin",
-                                 "init_ang_vel", "init_lin_vel", "init_max_angle", "init_position",
+                                 "init_ang_vel", "init_lin_vel", "init_max_angle", "init_position", "lift_ramp",
                                  "obs_noise_ang_vel", "obs_noise_lin_vel", "obs_noise_orientation",
                                  "obs_noise_position", "object_yaw", "offroad_margin", "position_average_s",
                                  "reset_noise_scale", "start_heading", "start_lateral", "start_range",

@@ -101,6 +101,20 @@ def test_success_predicates_on_built_states():
     assert term.tolist() == [True, False, False]
 
 
+def test_pick_place_lift_cost_ramps_with_the_cubes_rise():
+    import embodied
+    from embodied.tasks.manipulation.tabletop import CUBE
+
+    rises = [0.0, 0.004, 0.0075, 0.015]  # [m] the cube's centre over its rest on the table
+    for ramp, expected in [(0.01, [-0.5, -0.3, -0.125, 0.0]), (0.0, [-0.5, -0.5, -0.5, 0.0])]:
+        env = embodied.make_env("pick-place", num_envs=4, seed=0, lift_ramp=ramp)
+        env.reset(seed=0)
+        for row, rise in enumerate(rises):
+            _place(env, row, (0.5, -0.12, CUBE + rise))
+        terms, _ = env._task_terms(env.controller.ee_pose()[0])
+        assert torch.allclose(terms["lift"], torch.tensor(expected, dtype=torch.float64), atol=1e-12), ramp
+
+
 @pytest.mark.parametrize("task, floor", [("reach", 1.0), ("push-to-goal", 0.9), ("pick-place", 0.9),
                                          ("peg-insert", 0.75)])
 def test_scripted_experts_succeed(task, floor):
