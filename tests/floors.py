@@ -42,6 +42,8 @@ FLOORS: dict[str, float] = {
     "residual_ppo_target": 7.5,
     # residual-sac over the same base, 4000 steps (warm-up 500); seed 0 reached 7.83 (issue 12)
     "residual_sac_target": 7.3,
+    # residual-td3 over the same base, the same budget; seed 0 reached 7.81 (issue 12)
+    "residual_td3_target": 7.0,
     # grpo (binary success, groups of 8, lr 3e-3, temperature 1) on point-reach, 120k steps, the deterministic
     # policy on 128 starts; untrained it scores about 0.02; seeds 0 and 1 reached 0.84 and 1.0 (issue 13)
     "grpo_point_reach_success": 0.7,

@@ -1,14 +1,14 @@
-"""residual-ppo and residual-sac: a learner of a residual over a frozen base policy (``base=RUN_DIR``, any run whose
-checkpoint holds a policy: BC, PPO, SAC...; or ``base=BUNDLE``, a deploy bundle of an MLP policy). ResiP's settings:
-the residual is a policy on ``[obs, base action]`` whose mean starts at exactly zero, scaled by ``scale`` in
-normalized action units and bounded by ``limit``; so the deterministic combined policy acts exactly as the base at
-step 0. residual-ppo keeps ResiP's 0.1; residual-sac defaults to 0.5, the bound a BC base's large errors need
-(``ResidualSACConfig``), with a start that keeps so large a residual from wrecking the base early.
+"""residual-ppo, residual-sac and residual-td3: a learner of a residual over a frozen base policy (``base=RUN_DIR``, any
+run whose checkpoint holds a policy: BC, PPO, SAC...; or ``base=BUNDLE``, a deploy bundle of an MLP policy). ResiP's
+settings: the residual is a policy on ``[obs, base action]`` whose mean starts at exactly zero, scaled by ``scale``
+in normalized action units and bounded by ``limit``; so the deterministic combined policy acts exactly as the base at
+step 0. residual-ppo keeps ResiP's 0.1; residual-sac and residual-td3 default to 0.5, the bound a BC base's large
+errors need (``ResidualOffPolicyConfig``), with a start that keeps so large a residual from wrecking the base early.
 
-The learner sees the MDP of ``([obs, base action], residual)`` (the base action is a function of the observation,
-so this is the task's MDP seen through the base): its rollouts or replay store the residual as the action; the env
+The learner sees the MDP of ``([obs, base action], residual)`` (the base action is a function of the observation, so
+this is the task's MDP seen through the base): its rollouts or replay store the residual as the action; the env
 receives the combined action. ``actor()`` is the combined policy (``ResidualActor``): evaluation, ``load_policy``,
-checkpoints and export see base and residual as one. One mixin, ``Residual``, over the unchanged PPO and SAC."""
+checkpoints and export see base and residual as one. One mixin, ``Residual``, over the unchanged PPO, SAC and TD3."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from torch import nn
 from embodied.algos.base import BuildContext, Obs, Transition, critic_dim, critic_obs, split_act
 from embodied.algos.ppo import PPO, PPOConfig
 from embodied.algos.sac import SAC, SACConfig
+from embodied.algos.td3 import TD3, TD3Config
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import ResidualActor, policy_spec
@@ -47,24 +48,20 @@ class ResidualPPOConfig(PPOConfig):
 
 
 @dataclass
-class ResidualSACConfig(SACConfig):
+class ResidualOffPolicyConfig:
+    """What residual-sac and residual-td3 set alike (listed first among their configs' bases: these defaults win)."""
+
     # pick-place over its 51% BC base needs corrections of ~0.5 (scripts/bench/bench_residual_ceiling.py: the
     # expert's correction clipped to 0.1 lifts it to 64%, to 0.5 to 87%), so the residual may reach 0.5; what keeps
     # so large a residual from wrecking the base early is the start below (seed 0, 150k env steps: 75%, against 51%
     # for scale 0.1 with SAC's own start and 1-3% for scale 0.5 with it)
     scale: Any = 0.5
     limit: Any = 0.5
-    # SAC's 0.5 pays more for the residual's entropy than a tabletop task pays per step for progress
-    init_alpha: float = 0.1
     updates_per_step: float = 0.5
     # the critic's TD errors are large here (success +10 and drops -10 among -0.5 step costs): lr 1e-3 gave
     # 58/52/71/70/65/78% every 25k env steps, 3e-4 58/58/68/70/74/75% (seed 0; 300k at 1e-3: 65%)
     lr_actor: float = 3e-4
     lr_critic: float = 3e-4
-    # the squashed actor's initial log-std (its log-std rows start at zero weights and this bias: exploration of
-    # ~scale * e^-2 about the base); None: the network's random initialization (std ~1 before tanh: a residual of
-    # +-scale at random from step 0)
-    init_log_std: float | None = -2.0
     critic_burn_in: int = 25_000  # the critic learns the base's values before the actor moves
     # Policy Decorator's progressive exploration: over the first ``explore_ramp`` env steps each env step applies
     # the residual's sample with probability rising linearly from 0 to 1 (otherwise the base acts alone and the
@@ -74,6 +71,24 @@ class ResidualSACConfig(SACConfig):
     # residual_penalty * mean|Q| * mean(r^2) (r the residual in [-1, 1]), so the residual grows only where the
     # critic's gain outweighs it (without it, dimensions the task ignores drift to |r| ~ 0.5); 0: none
     residual_penalty: float = 0.2
+
+
+@dataclass
+class ResidualSACConfig(ResidualOffPolicyConfig, SACConfig):
+    # SAC's 0.5 pays more for the residual's entropy than a tabletop task pays per step for progress
+    init_alpha: float = 0.1
+    # the squashed actor's initial log-std (its log-std rows start at zero weights and this bias: exploration of
+    # ~scale * e^-2 about the base); None: the network's random initialization (std ~1 before tanh: a residual of
+    # +-scale at random from step 0)
+    init_log_std: float | None = -2.0
+
+
+@dataclass
+class ResidualTD3Config(ResidualOffPolicyConfig, TD3Config):
+    # a deterministic residual: its critic values the policy that evaluation runs (SAC's values its samples), with
+    # Gaussian exploration of exploration_noise (residual units) about it; the torch step (the numba one has no
+    # residual penalty)
+    kernel: str = "torch"
 
 
 def load_base(path: str, obs_dim: int, act_dim: int) -> dict:
@@ -222,19 +237,11 @@ class ResidualPPO(Residual, PPO):
     name, config_cls = "residual-ppo", ResidualPPOConfig
 
 
-class ResidualSAC(Residual, SAC):
-    name, config_cls = "residual-sac", ResidualSACConfig
-    critic_reads_base = True
+class ResidualOffPolicy(Residual):
+    """What residual-sac and residual-td3 add to the residual: a Q critic that reads the base action, warm-up from the
+    residual's own samples, the penalty that keeps the residual near zero, the progressive exploration."""
 
-    def _attach(self, base: dict, act_dim: int) -> None:
-        super()._attach(base, act_dim)
-        if self.cfg.init_log_std is not None:  # the squashed actor's log-std rows: zero weights, this bias
-            last = self._last_layer()
-            with torch.no_grad():
-                last.weight[act_dim:].zero_()
-                last.bias[act_dim:].fill_(self.cfg.init_log_std)
-        if self.pi_average is not None:  # deploy_average: the average starts as the residual as built (zero mean)
-            self.pi_average.load_state_dict(self.pi.state_dict())
+    critic_reads_base = True
 
     def _warmup_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The residual's own samples (zero mean at first), not uniform ones: a uniform residual of +-scale is an
@@ -254,5 +261,37 @@ class ResidualSAC(Residual, SAC):
         return r * keep
 
 
+class ResidualSAC(ResidualOffPolicy, SAC):
+    name, config_cls = "residual-sac", ResidualSACConfig
+
+    def _attach(self, base: dict, act_dim: int) -> None:
+        super()._attach(base, act_dim)
+        if self.cfg.init_log_std is not None:  # the squashed actor's log-std rows: zero weights, this bias
+            last = self._last_layer()
+            with torch.no_grad():
+                last.weight[act_dim:].zero_()
+                last.bias[act_dim:].fill_(self.cfg.init_log_std)
+        if self.pi_average is not None:  # deploy_average: the average starts as the residual as built (zero mean)
+            self.pi_average.load_state_dict(self.pi.state_dict())
+
+
+class ResidualTD3(ResidualOffPolicy, TD3):
+    name, config_cls = "residual-td3", ResidualTD3Config
+
+    def _make_kernel(self, seed: int):
+        if self.cfg.kernel != "torch":
+            raise UserError("residual-td3 runs the torch step only (residual-td3.kernel=torch): the numba step has "
+                            "no residual penalty")
+        return None
+
+    def _attach(self, base: dict, act_dim: int) -> None:
+        super()._attach(base, act_dim)
+        # the target actor (and an average of its own) start as the residual as built: zero
+        self.pi_target.load_state_dict(self.pi.state_dict())
+        if self.pi_average is not None and self.pi_average is not self.pi_target:
+            self.pi_average.load_state_dict(self.pi.state_dict())
+
+
 ALGOS.register("residual-ppo", ResidualPPO)
 ALGOS.register("residual-sac", ResidualSAC)
+ALGOS.register("residual-td3", ResidualTD3)

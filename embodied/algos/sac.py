@@ -41,10 +41,6 @@ class SAC(OffPolicyAlgorithm):
     def _explore(self, obs: torch.Tensor) -> torch.Tensor:
         return self.pi.sample(obs, self.generator)[0]
 
-    def _actor_penalty(self, a_pi: torch.Tensor, q_pi: torch.Tensor) -> torch.Tensor | float:
-        """A term added to the actor's loss (none here; a residual learner keeps its residual near zero)."""
-        return 0.0
-
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         """One critic step and, every ``actor_every``-th call, one actor and temperature step, all
         from one sampled batch with a single backward pass:

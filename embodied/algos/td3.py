@@ -113,7 +113,8 @@ class TD3(OffPolicyAlgorithm):
         """    a'   = clip(pi'(s') + clip(N(0, s~), -c, c), -1, 1)
             y    = r + d min_j Q'_j(s', a'),  d = gamma^m (1 - terminated) for an m-step row
             L_Q  = 1/2 sum_j E[(Q_j(s, a) - y)^2]
-            L_pi = -E[Q_1(s, pi(s))] every ``actor_every``-th step (Q's parameters held constant),
+            L_pi = -E[Q_1(s, pi(s))] (+ ``_actor_penalty``) every ``actor_every``-th step (Q's parameters held
+                   constant),
         then the targets move by Polyak averaging on those same steps."""
         cfg = self.cfg
         actor_step = self._actor_step()
@@ -134,7 +135,9 @@ class TD3(OffPolicyAlgorithm):
         loss = q_loss = 0.5 * ((q - target) ** 2).mean(1).sum()
         metrics = {"td3/critic_loss": q_loss.detach(), "td3/q_mean": q.detach().mean()}
         if actor_step:
-            pi_loss = -self.q(b["cobs"], self.pi(b["obs"]), detach=True)[0].mean()
+            a_pi = self.pi(b["obs"])
+            q_pi = self.q(b["cobs"], a_pi, detach=True)[0]
+            pi_loss = -q_pi.mean() + self._actor_penalty(a_pi, q_pi)
             loss = loss + pi_loss
             metrics["td3/actor_loss"] = pi_loss.detach()
         self._apply(loss, actor_step)

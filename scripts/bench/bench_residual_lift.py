@@ -4,6 +4,7 @@
   (BC's defaults, ``--bc-steps`` gradient steps);
 - ``residual``: ``embodied train algo=residual-ppo base=BC_RUN`` for ``--steps`` env steps;
 - ``residual-sac``: ``embodied train algo=residual-sac base=BC_RUN`` (16 envs) for the same env steps;
+- ``residual-td3``: ``embodied train algo=residual-td3 base=BC_RUN`` (16 envs), the same;
 - ``residual-bundle``: residual-sac over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
   ``base=BUNDLE``): the base known only as its ONNX graph; ``residual-ppo-bundle``: residual-ppo over it;
 - ``residual-sac-demos``: residual-sac with the 50 demonstrations in its replay (RLPD: ``residual-sac.demo_ratio=0.5``
@@ -33,7 +34,7 @@ from _machine import emit, machine_info, run_json  # noqa: E402
 
 COMMON = ["log.progress=false", "log.eval_every=0", "log.checkpoint_every=0", "torch_threads=2"]
 VARIANTS = {"bc": [], "residual": ["algo=residual-ppo", "num_envs=64"],
-            "residual-sac": ["algo=residual-sac", "num_envs=16"],
+            "residual-sac": ["algo=residual-sac", "num_envs=16"], "residual-td3": ["algo=residual-td3", "num_envs=16"],
             "residual-sac-demos": ["algo=residual-sac", "num_envs=16", "residual-sac.demo_ratio=0.5"],
             "residual-bundle": ["algo=residual-sac", "num_envs=16"],
             "residual-ppo-bundle": ["algo=residual-ppo", "num_envs=64"], "scratch": ["algo=ppo", "num_envs=64"]}
@@ -127,7 +128,7 @@ def main() -> None:
     pipeline = {}
     for task in args.tasks:
         for seed in args.seeds:
-            for residual in ("residual", "residual-sac", "residual-sac-demos", *BUNDLED):
+            for residual in ("residual", "residual-sac", "residual-td3", "residual-sac-demos", *BUNDLED):
                 files = [out / f"{v}_{task}_seed{seed}.json" for v in ("bc", residual)]
                 if all(f.exists() for f in files):
                     bc, res = (json.loads(f.read_text()) for f in files)

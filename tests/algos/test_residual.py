@@ -32,7 +32,7 @@ def weak_base(tmp_path_factory) -> Path:
     return run
 
 
-@pytest.mark.parametrize("algo", ["residual-ppo", "residual-sac"])
+@pytest.mark.parametrize("algo", ["residual-ppo", "residual-sac", "residual-td3"])
 def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
     from embodied.algos.base import BuildContext
     from embodied.config import PolicyConfig
@@ -43,22 +43,26 @@ def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
     ctx = BuildContext(env.single_observation_space, env.single_action_space, 64, torch.device("cpu"), 0, 1000,
                        PolicyConfig(), base=str(weak_base))
     cls = ALGOS.get(algo)
-    algo = cls.build(cls.config_cls(warmup_steps=0) if algo == "residual-sac" else cls.config_cls(), ctx)
+    off_policy = dict(warmup_steps=0) if algo != "residual-ppo" else {}
+    algo = cls.build(cls.config_cls(**off_policy), ctx)
     base = embodied.load_policy(weak_base)
     assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
     action, extras = algo.act(obs)  # exploration: base + the sampled residual, within the limit
     assert float((action - extras["base"]).abs().max()) <= algo.cfg.limit + 1e-6
     assert not any(p.requires_grad for p in algo.combined.base.parameters())
+    if algo.name == "residual-td3":  # the target actor starts as the residual: zero (its critic targets are the base's)
+        aug, _ = algo._augment(obs)
+        assert torch.equal(algo.pi_target(aug["policy"]), torch.zeros(64, env.single_action_space.shape[0]))
     # one scale and bound per action dimension: each dimension's correction within its own
     n = env.single_action_space.shape[0]
-    kw = dict(scale=[0.5] + [0.05] * (n - 1), limit=[0.5] + [0.02] * (n - 1), init_log_std=0.0)
-    algo = cls.build(cls.config_cls(warmup_steps=0, **kw) if algo.name == "residual-sac" else
-                     cls.config_cls(**kw), ctx)
+    kw = dict(scale=[0.5] + [0.05] * (n - 1), limit=[0.5] + [0.02] * (n - 1),
+              **(dict(init_log_std=0.0) if algo.name == "residual-sac" else {}))
+    algo = cls.build(cls.config_cls(**off_policy, **kw), ctx)
     gap = (algo.act(obs)[0] - base.act(obs["policy"])).abs().amax(0)
     assert torch.all(gap <= torch.tensor(kw["limit"]) + 1e-6) and gap[0] > 0.02
     assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
-    if algo.name == "residual-sac":  # an averaged residual (deploy_average) starts as the base too
-        algo = cls.build(cls.config_cls(warmup_steps=0, deploy_average=True, **kw), ctx)
+    if off_policy:  # an averaged residual (deploy_average) starts as the base too
+        algo = cls.build(cls.config_cls(**off_policy, deploy_average=True, average_tau=0.001, **kw), ctx)
         assert algo.combined.residual is algo.pi_average
         assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
 
@@ -110,7 +114,9 @@ def test_residual_sac_starts_gently(weak_base):
 
 @pytest.mark.parametrize("algo, budget", [("residual-ppo", ["total_steps=8000"]),
                                          ("residual-sac", ["total_steps=4000", "residual-sac.warmup_steps=500",
-                                                          "residual-sac.critic_burn_in=0"])])
+                                                          "residual-sac.critic_burn_in=0"]),
+                                         ("residual-td3", ["total_steps=4000", "residual-td3.warmup_steps=500",
+                                                          "residual-td3.critic_burn_in=0"])])
 def test_residual_improves_a_weak_base(weak_base, tmp_path, algo, budget):
     base_before = {k: v.clone() for k, v in embodied.load_policy(weak_base).state_dict().items()}
     cfg = load_config("target", None, [*QUIET, f"algo={algo}", f"base={weak_base}", *budget, f"{algo}.scale=0.3",
