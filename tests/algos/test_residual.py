@@ -53,6 +53,8 @@ def test_residual_at_initialization_is_the_base_exactly(weak_base, algo):
     if algo.name == "residual-td3":  # the target actor starts as the residual: zero (its critic targets are the base's)
         aug, _ = algo._augment(obs)
         assert torch.equal(algo.pi_target(aug["policy"]), torch.zeros(64, env.single_action_space.shape[0]))
+        with pytest.raises(UserError, match="torch step only"):  # the numba step has no residual penalty
+            cls.build(cls.config_cls(warmup_steps=0, kernel="numba"), ctx)
     # one scale and bound per action dimension: each dimension's correction within its own
     n = env.single_action_space.shape[0]
     kw = dict(scale=[0.5] + [0.05] * (n - 1), limit=[0.5] + [0.02] * (n - 1),
