@@ -243,6 +243,18 @@ class ResidualOffPolicy(Residual):
 
     critic_reads_base = True
 
+    def _attach(self, base: dict, act_dim: int) -> None:
+        super()._attach(base, act_dim)
+        self._start_rows(act_dim)
+        # the actor's copies made at build (deploy_average's average, TD3's target actor) start as the residual as
+        # built: zero mean
+        for copy in (getattr(self, "pi_target", None), self.pi_average):
+            if copy is not None:
+                copy.load_state_dict(self.pi.state_dict())
+
+    def _start_rows(self, act_dim: int) -> None:
+        """What a learner sets in its residual's last layer besides the zero mean (nothing here)."""
+
     def _warmup_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The residual's own samples (zero mean at first), not uniform ones: a uniform residual of +-scale is an
         arbitrary perturbation of the base, which at a large scale wrecks every warm-up episode."""
@@ -264,15 +276,12 @@ class ResidualOffPolicy(Residual):
 class ResidualSAC(ResidualOffPolicy, SAC):
     name, config_cls = "residual-sac", ResidualSACConfig
 
-    def _attach(self, base: dict, act_dim: int) -> None:
-        super()._attach(base, act_dim)
+    def _start_rows(self, act_dim: int) -> None:
         if self.cfg.init_log_std is not None:  # the squashed actor's log-std rows: zero weights, this bias
             last = self._last_layer()
             with torch.no_grad():
                 last.weight[act_dim:].zero_()
                 last.bias[act_dim:].fill_(self.cfg.init_log_std)
-        if self.pi_average is not None:  # deploy_average: the average starts as the residual as built (zero mean)
-            self.pi_average.load_state_dict(self.pi.state_dict())
 
 
 class ResidualTD3(ResidualOffPolicy, TD3):
@@ -283,13 +292,6 @@ class ResidualTD3(ResidualOffPolicy, TD3):
             raise UserError("residual-td3 runs the torch step only (residual-td3.kernel=torch): the numba step has "
                             "no residual penalty")
         return None
-
-    def _attach(self, base: dict, act_dim: int) -> None:
-        super()._attach(base, act_dim)
-        # the target actor (and an average of its own) start as the residual as built: zero
-        self.pi_target.load_state_dict(self.pi.state_dict())
-        if self.pi_average is not None and self.pi_average is not self.pi_target:
-            self.pi_average.load_state_dict(self.pi.state_dict())
 
 
 ALGOS.register("residual-ppo", ResidualPPO)

@@ -128,7 +128,7 @@ def main() -> None:
     pipeline = {}
     for task in args.tasks:
         for seed in args.seeds:
-            for residual in ("residual", "residual-sac", "residual-td3", "residual-sac-demos", *BUNDLED):
+            for residual in (v for v in VARIANTS if v.startswith("residual")):
                 files = [out / f"{v}_{task}_seed{seed}.json" for v in ("bc", residual)]
                 if all(f.exists() for f in files):
                     bc, res = (json.loads(f.read_text()) for f in files)
