@@ -7,6 +7,7 @@
 - ``residual-td3``: ``embodied train algo=residual-td3 base=BC_RUN`` (16 envs), the same;
 - ``residual-bundle``: residual-sac over BC's deploy bundle (``embodied export --run BC_RUN --format onnx``, then
   ``base=BUNDLE``): the base known only as its ONNX graph; ``residual-ppo-bundle``: residual-ppo over it;
+  ``residual-td3-bundle``: residual-td3 over it;
 - ``residual-sac-demos``: residual-sac with the 50 demonstrations in its replay (RLPD: ``residual-sac.demo_ratio=0.5``
   of each batch, ``data=DEMOS``), relabelled as the residual that turns the base's action into the demonstrated one;
 - ``scratch``: ``embodied train algo=ppo`` for the same env steps;
@@ -37,8 +38,9 @@ VARIANTS = {"bc": [], "residual": ["algo=residual-ppo", "num_envs=64"],
             "residual-sac": ["algo=residual-sac", "num_envs=16"], "residual-td3": ["algo=residual-td3", "num_envs=16"],
             "residual-sac-demos": ["algo=residual-sac", "num_envs=16", "residual-sac.demo_ratio=0.5"],
             "residual-bundle": ["algo=residual-sac", "num_envs=16"],
-            "residual-ppo-bundle": ["algo=residual-ppo", "num_envs=64"], "scratch": ["algo=ppo", "num_envs=64"]}
-BUNDLED = ("residual-bundle", "residual-ppo-bundle")  # the base given as BC's ONNX bundle
+            "residual-ppo-bundle": ["algo=residual-ppo", "num_envs=64"],
+            "residual-td3-bundle": ["algo=residual-td3", "num_envs=16"], "scratch": ["algo=ppo", "num_envs=64"]}
+BUNDLED = ("residual-bundle", "residual-ppo-bundle", "residual-td3-bundle")  # the base given as BC's ONNX bundle
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
