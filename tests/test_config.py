@@ -38,6 +38,18 @@ def test_debug_preset_holds_sections_for_several_algorithms():
         assert cfg.algo == algo and cfg.total_steps == 2048
 
 
+def test_pick_place_preset_ships_both_residual_learners_average():
+    """pick-place's preset is the measured residual recipe for residual-sac and residual-td3 alike: the deployed
+    policy is a slow average of the residual (average_tau 0.0005) and the critics have LayerNorm; plain TD3 keeps
+    its own defaults."""
+    for algo in ("residual-sac", "residual-td3"):
+        cfg = load_config("pick-place", overrides=[f"algo={algo}"])
+        assert (cfg.algo_config.deploy_average, cfg.algo_config.average_tau) == (True, 0.0005)
+        assert cfg.policy.critic_layer_norm
+    td3 = load_config("pick-place", overrides=["algo=td3"]).algo_config
+    assert (td3.deploy_average, td3.average_tau) == (False, None)
+
+
 def test_saved_config_round_trips_under_the_algorithm_name():
     cfg = load_config("quadrotor-hover", overrides=["td3.batch_size=64"])
     data = to_dict(cfg)
