@@ -40,7 +40,7 @@ VARIANTS = {"bc": [], "residual": ["algo=residual-ppo", "num_envs=64"],
             "residual-bundle": ["algo=residual-sac", "num_envs=16"],
             "residual-ppo-bundle": ["algo=residual-ppo", "num_envs=64"],
             "residual-td3-bundle": ["algo=residual-td3", "num_envs=16"], "scratch": ["algo=ppo", "num_envs=64"]}
-BUNDLED = ("residual-bundle", "residual-ppo-bundle", "residual-td3-bundle")  # the base given as BC's ONNX bundle
+BUNDLED = tuple(v for v in VARIANTS if v.endswith("-bundle"))  # the base given as BC's ONNX bundle
 
 
 def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float]:
