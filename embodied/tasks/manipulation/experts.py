@@ -241,7 +241,9 @@ class PegExpert(PickExpert):
 
 
 class PushExpert(Expert):
-    """Get behind the cube (opposite the goal), lower the closed gripper to the table, push along the line."""
+    """Get behind the cube (opposite the goal), lower the closed gripper to the table, push along the line, the hand
+    turned so its x axis lies along the line (the closed fingers' broad side pushes: the hand at whatever yaw it had
+    pushed with an edge, turned the cube off the line and started over, 86-91% at default noise; turned, 95-97%)."""
 
     def plan(self):
         env = self.env
@@ -264,7 +266,9 @@ class PushExpert(Expert):
         lost = (p == 2) & (lateral.norm(dim=1) > 0.02)
         self.phase[lost] = 0
         target = torch.where((self.phase == 2)[:, None], push, target)
-        yaw = _yaw(grip_rot)
+        # the push line's direction (either way along it: the turn is at most 90 degrees from the current yaw)
+        current = _yaw(grip_rot)
+        yaw = current + torch.remainder(torch.atan2(d[:, 1], d[:, 0]) - current + math.pi / 2, math.pi) - math.pi / 2
         return target, yaw, torch.ones(n, dtype=F64)
 
 
