@@ -242,8 +242,8 @@ class PegExpert(PickExpert):
 
 class PushExpert(Expert):
     """Get behind the cube (opposite the goal), lower the closed gripper to the table, push along the line, the hand
-    turned so its x axis lies along the line (the closed fingers' broad side pushes: the hand at whatever yaw it had
-    pushed with an edge, turned the cube off the line and started over, 86-91% at default noise; turned, 95-97%)."""
+    turned so its x axis lies along the line (at whatever yaw it had, the push turned the cube off the line more often
+    and the restarts ran episodes out: 86-93% at default noise on 256 starts of each of five seeds; turned, 95-97%)."""
 
     def plan(self):
         env = self.env
