@@ -27,6 +27,11 @@ def _yaw(rot: torch.Tensor) -> torch.Tensor:
     return torch.atan2(rot[:, 1, 0], rot[:, 0, 0])
 
 
+def _fold(angle: torch.Tensor, period: float) -> torch.Tensor:
+    """``angle`` folded into ``[-period / 2, period / 2)`` (the shortest turn, for a target symmetric under ``period``)."""
+    return torch.remainder(angle + period / 2, period) - period / 2
+
+
 class Expert:
     default_noise = 0.1  # action_noise where none is given
 
@@ -104,9 +109,7 @@ class Expert:
     def grasp_yaw(self, obj_rot: torch.Tensor, grip_rot: torch.Tensor) -> torch.Tensor:
         """The gripper yaw nearest its current one that closes the fingers on a pair of the object's faces."""
         current = _yaw(grip_rot)
-        err = _yaw(obj_rot) - current
-        err = torch.remainder(err + math.pi / 4, math.pi / 2) - math.pi / 4
-        return current + err
+        return current + _fold(_yaw(obj_rot) - current, math.pi / 2)
 
     def plan(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per env: the grip point's target ``[N, 3]``, the gripper's target yaw ``[N]``, the gripper command."""
@@ -191,7 +194,7 @@ class PickExpert(Expert):
         return target, yaw, gripper
 
     def _yaw_err(self, yaw: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-        return torch.remainder(yaw - _yaw(rot) + math.pi, 2 * math.pi).sub(math.pi).abs()
+        return _fold(yaw - _yaw(rot), 2 * math.pi).abs()
 
     def goal_target(self) -> torch.Tensor:
         return self.env.goal
@@ -268,7 +271,7 @@ class PushExpert(Expert):
         target = torch.where((self.phase == 2)[:, None], push, target)
         # the push line's direction (either way along it: the turn is at most 90 degrees from the current yaw)
         current = _yaw(grip_rot)
-        yaw = current + torch.remainder(torch.atan2(d[:, 1], d[:, 0]) - current + math.pi / 2, math.pi) - math.pi / 2
+        yaw = current + _fold(torch.atan2(d[:, 1], d[:, 0]) - current, math.pi)
         return target, yaw, torch.ones(n, dtype=F64)
 
 
