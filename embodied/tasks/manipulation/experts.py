@@ -28,7 +28,7 @@ def _yaw(rot: torch.Tensor) -> torch.Tensor:
 
 
 def _fold(angle: torch.Tensor, period: float) -> torch.Tensor:
-    """``angle`` folded into ``[-period / 2, period / 2)`` (the shortest turn, for a target symmetric under ``period``)."""
+    """``angle`` folded into ``[-period / 2, period / 2)``: the shortest turn to a target symmetric under ``period``."""
     return torch.remainder(angle + period / 2, period) - period / 2
 
 
