@@ -101,6 +101,33 @@ def test_success_predicates_on_built_states():
     assert term.tolist() == [True, False, False]
 
 
+def test_yaw_fold_and_the_push_experts_turn_along_its_line():
+    """``_fold`` gives the shortest turn to a target symmetric under its period (exact values); the push expert's yaw
+    target puts the hand's x axis along the cube-to-goal line, the nearest of its two directions (a turn of at most
+    90 degrees)."""
+    import math
+
+    import embodied
+    from embodied.tasks.manipulation.experts import _fold, _yaw, expert
+
+    angles = torch.tensor([0.0, 0.5, 1.0, -1.0, 2.0, 3.5], dtype=torch.float64)
+    assert torch.allclose(_fold(angles, math.pi), torch.tensor([0.0, 0.5, 1.0, -1.0, 2.0 - math.pi, 3.5 - math.pi],
+                                                                dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(_fold(angles, math.pi / 2), torch.tensor(
+        [0.0, 0.5, 1.0 - math.pi / 2, -1.0 + math.pi / 2, 2.0 - math.pi / 2, 3.5 - math.pi], dtype=torch.float64),
+        atol=1e-12)
+    env = embodied.make_env("push-to-goal", num_envs=8, seed=0)
+    obs, _ = env.reset(seed=0)
+    act = expert(env, seed=0)
+    act._restart()
+    _, yaw, _ = act.plan()
+    obj, _ = env.object_pose()
+    line = torch.atan2(*(env.goal[:, :2] - obj[:, :2]).flip(1).unbind(1))
+    current = _yaw(env.controller.ee_pose()[1])
+    assert torch.allclose(_fold(yaw - line, math.pi), torch.zeros(8, dtype=torch.float64), atol=1e-12)
+    assert bool(((yaw - current).abs() <= math.pi / 2 + 1e-12).all())
+
+
 def test_pick_place_lift_cost_ramps_with_the_cubes_rise():
     import embodied
     from embodied.tasks.manipulation.tabletop import CUBE
