@@ -33,6 +33,7 @@ from embodied.sim_backends.base import BackendFactory, NamedLayout, SimBackend
 
 # the integration state saved by get_state (mjSTATE_INTEGRATION minus what these models lack)
 _STATE_FIELDS = ("time", "qpos", "qvel", "act", "qacc_warmstart", "ctrl")
+_NO_STAGE, _POSITIONS = int(mujoco.mjtStage.mjSTAGE_NONE), int(mujoco.mjtStage.mjSTAGE_POS)
 
 
 def load_model(model: str | mujoco.MjModel) -> mujoco.MjModel:
@@ -115,10 +116,14 @@ class MujocoBatch(SimBackend):
         return self.batch.joint(name)
 
     # ---- physics --------------------------------------------------------------------------------
-    def step(self, controls: torch.Tensor) -> None:
-        """``controls: [N, nu]`` written to ``ctrl`` (MuJoCo clamps to ctrlrange), then ``frame_skip`` substeps."""
+    def step(self, controls: torch.Tensor, positions: bool = False) -> None:
+        """``controls: [N, nu]`` written to ``ctrl`` (MuJoCo clamps to ctrlrange), then ``frame_skip`` substeps.
+
+        ``positions``: also compute the position stage (poses, Jacobian inputs, contacts) at the new state, in the
+        same threaded call: what a ``forward`` after the step gives a reader of poses, without its velocity and
+        acceleration stages or a second dispatch (the state is the same either way: ``forward`` writes no state)."""
         self.ctrl.copy_(controls)
-        self.batch.step(nstep=self.frame_skip)
+        self.batch.step(nstep=self.frame_skip, stage=_POSITIONS if positions else _NO_STAGE)
         if self.post_constraint:
             self._post_constraint()
 

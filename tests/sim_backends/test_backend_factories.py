@@ -48,6 +48,24 @@ def test_factory_builds_steps_and_round_trips_state(name, model):
     assert bool(torch.isfinite(sim.get_state()["x"]).all())
 
 
+def test_mujoco_step_with_positions_gives_the_poses_of_a_forward_after_it():
+    """``step(controls, positions=True)`` computes the position stage in the stepping call: the same state as a
+    plain step, and the same poses as a plain step followed by ``forward`` (bit for bit), where a plain step's
+    poses are one substep old."""
+    a, b = (make_backend("mujoco_cpu", "ant.xml", NUM_ENVS, "cpu", frame_skip=5) for _ in range(2))
+    controls = torch.rand(NUM_ENVS, a.num_controls, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    for sim in (a, b):  # outputs are copied out by the calls after they are bound
+        sim.t("xpos"), sim.t("xmat")
+    for _ in range(3):
+        a.step(controls, positions=True)
+        b.step(controls)
+        stale = b.t("xpos").clone()
+        b.batch.forward()
+        assert torch.equal(a.qpos, b.qpos) and torch.equal(a.qvel, b.qvel)
+        assert torch.equal(a.t("xpos"), b.t("xpos")) and torch.equal(a.t("xmat"), b.t("xmat"))
+        assert not torch.equal(stale, b.t("xpos"))
+
+
 def test_factory_call_equals_make_backend():
     sim = SIM_BACKENDS.get("torch_vec")("quadrotor", 2, "cpu", kernel="torch")
     assert type(sim).__name__ == "QuadrotorSim" and sim.kernel == "torch"

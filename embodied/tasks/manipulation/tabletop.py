@@ -224,8 +224,8 @@ class TabletopEnv(ManagedVecEnv):
         self.sim.ctrl[env_ids] = self.home_ctrl
 
     def _apply_action(self, action: torch.Tensor) -> None:
-        self.sim.step(self.controller.controls(action))
-        self.sim.batch.forward()  # derived fields (poses) of the state after the step, not one substep before
+        # the poses after the step, not one substep before (the same call computes them: 2% of the step at N = 16)
+        self.sim.step(self.controller.controls(action), positions=True)
 
     def _observe(self) -> Obs:
         grip, rot = self.controller.ee_pose()
