@@ -6,6 +6,7 @@
 - ``ppo{k}``: ``embodied train algo=ppo policy.arch=vla init=BC_RUN`` (critic warm-up) for the same env steps;
 - ``residual-sac{k}``: ``embodied train algo=residual-sac base=BC_RUN`` (a residual over the frozen clone, 16 envs);
 - ``residual-ppo{k}``: ``embodied train algo=residual-ppo base=BC_RUN`` (ResiP's residual PPO, 64 envs);
+- ``residual-td3{k}``: ``embodied train algo=residual-td3 base=BC_RUN`` (pick-place's residual recipe, 16 envs);
 
 each scored by ``embodied eval --episodes 130`` (10 per task in expectation; per-task and per-group success), the
 BC runs also on the held-out paraphrases (``env.phrasing=heldout``). Observations: ``--observation state`` (the
@@ -44,6 +45,11 @@ RL = {"grpo": ["algo=grpo", "num_envs=64", "grpo.group_size=8", "grpo.batch_grou
               "log.eval_episodes=65"],
       # residual SAC over the frozen clone (issue 12's learner) on the task's dense reward terms
       "residual-sac": ["algo=residual-sac", "num_envs=16", "log.eval_every=50000", "log.eval_episodes=65"],
+      # residual TD3 over the frozen clone with pick-place's recipe (issue 12: a deterministic residual, LayerNorm
+      # critics, its slow average deployed)
+      "residual-td3": ["algo=residual-td3", "num_envs=16", "policy.critic_layer_norm=true",
+                       "residual-td3.deploy_average=true", "residual-td3.average_tau=0.0005", "log.eval_every=50000",
+                       "log.eval_episodes=65"],
       # residual PPO (ResiP's settings, issue 12's learner): a small Gaussian residual over the frozen clone
       "residual-ppo": ["algo=residual-ppo", "num_envs=64", "log.eval_every=50000", "log.eval_episodes=65"]}
 
