@@ -52,6 +52,27 @@ def test_controller_reaches_commanded_poses():
     assert bool((fingers < 0.002).all())  # gripper +1 closes
 
 
+def test_controller_jacobian_is_mujocos_site_jacobian():
+    """The arm's Jacobian from the joints' world axes and anchors equals ``mj_jac``'s (``mujoco.batch``'s ``jac``,
+    which reruns each world's kinematics) at the state of the position stage, to round-off."""
+    import numpy as np
+
+    n = 6
+    sim = MujocoBatch(build_mjcf(SceneSpec()), n, frame_skip=25)
+    ctrl = DeltaPoseController(sim)
+    x = torch.zeros(n, sim.model.nq + sim.model.nv, dtype=torch.float64)
+    x[:, :7] = torch.tensor(HOME_QPOS) + 0.3 * (torch.rand(n, 7, generator=torch.Generator().manual_seed(0)) - 0.5)
+    sim.set_state_idx(torch.arange(n), x)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        pos = np.ascontiguousarray(ctrl.site_xpos[:, ctrl.site].numpy())
+        jacp, jacr = sim.batch.jac(ctrl.site_body, pos)
+        ref = torch.cat([torch.from_numpy(jacp), torch.from_numpy(jacr)], 1)[:, :, ctrl.arm_dof]
+        assert ctrl.arm_jacobian().shape == (n, 6, 7)
+        assert torch.allclose(ctrl.arm_jacobian(), ref, rtol=0, atol=1e-12)
+        sim.step(ctrl.controls(torch.rand(n, 7, generator=gen) * 2 - 1), positions=True)
+
+
 def _place(env, row: int, pos, yaw: float = 0.0) -> None:
     """Put the task's object of env ``row`` at ``pos`` at rest, and recompute the derived fields."""
     a = env.obj_qpos

@@ -1,6 +1,9 @@
 """LIBERO's action space on joint position servos: a 7-dim end-effector delta pose plus gripper command, turned into
-joint targets for every world at once by damped least squares on the batched site Jacobians (``mujoco.batch``'s
-``jac``: one native call for all worlds, no per-env Python loop).
+joint targets for every world at once by damped least squares on the batched site Jacobians (no per-env Python loop).
+The arm's joints are hinges on the chain from the world to the hand, so the site's Jacobian column of joint ``j`` is
+``[a_j x (p - o_j); a_j]`` from the joint's world axis ``a_j`` and anchor ``o_j``, which MuJoCo's position stage
+leaves in ``xaxis`` / ``xanchor`` for every world (what ``mj_jac`` returns, to round-off; a test checks it against
+``mujoco.batch``'s ``jac``, which reruns the kinematics of each world and cost a third of the controller).
 
 Action ``[dx, dy, dz, droll, dpitch, dyaw, gripper]`` in [-1, 1]: the first three scaled by ``max_translation``
 [m] and the next three by ``max_rotation`` [rad] form the commanded change of the end-effector pose over one
@@ -11,6 +14,7 @@ is a decision, and a half-way value is no half-closed hand). The arm's joint tar
 
 from __future__ import annotations
 
+import mujoco
 import numpy as np
 import torch
 
@@ -58,18 +62,31 @@ class DeltaPoseController:
         self.arm_act = torch.tensor([int(np.flatnonzero(act_joint == j.id)[0]) for j in arm])
         self.finger_act = torch.tensor([int(np.flatnonzero(act_joint == m.joint(f).id)[0]) for f in FINGER_JOINTS])
         self.site_xpos, self.site_xmat = sim.t("site_xpos"), sim.t("site_xmat")
+        chain, b = set(), self.site_body
+        while b > 0:
+            chain.add(b)
+            b = int(m.body_parentid[b])
+        if any(int(j.type[0]) != mujoco.mjtJoint.mjJNT_HINGE or int(j.bodyid[0]) not in chain for j in arm):
+            raise ValueError("the controller's Jacobian needs the arm's joints to be hinges on the hand's chain")
+        self.arm_joint = torch.tensor([int(j.id) for j in arm])
+        self.xaxis, self.xanchor = sim.t("xaxis"), sim.t("xanchor")
 
     def ee_pose(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Position ``[N, 3]`` and rotation matrix ``[N, 3, 3]`` of the end-effector site (as of the last
         ``forward``)."""
         return self.site_xpos[:, self.site].clone(), self.site_xmat[:, self.site].reshape(-1, 3, 3).clone()
 
+    def arm_jacobian(self) -> torch.Tensor:
+        """The end-effector site's Jacobian ``[N, 6, 7]`` (translation rows, then rotation) in the arm's joints, at
+        the state of the last position stage."""
+        axis = self.xaxis[:, self.arm_joint]  # [N, 7, 3]
+        lever = self.site_xpos[:, self.site, None] - self.xanchor[:, self.arm_joint]
+        return torch.cat([torch.linalg.cross(axis, lever), axis], 2).transpose(1, 2)
+
     def joint_targets(self, dp: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
         """Arm joint targets ``[N, 7]`` that move the end effector by ``dp`` [m] and rotate it by ``dw`` [rad]
         (world frame, ``[N, 3]`` each), from the current state."""
-        pos = self.site_xpos[:, self.site].numpy()
-        jacp, jacr = self.sim.batch.jac(self.site_body, np.ascontiguousarray(pos))
-        jac = torch.cat([torch.from_numpy(jacp), torch.from_numpy(jacr)], 1)[:, :, self.arm_dof]  # [N, 6, 7]
+        jac = self.arm_jacobian()
         err = torch.cat([dp, dw], 1).to(torch.float64)[:, :, None]
         eye = torch.eye(6, dtype=torch.float64)
         dq = jac.transpose(1, 2) @ torch.linalg.solve(jac @ jac.transpose(1, 2) + self.damping ** 2 * eye, err)
