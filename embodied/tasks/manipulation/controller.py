@@ -73,7 +73,7 @@ class DeltaPoseController:
 
     def ee_pose(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Position ``[N, 3]`` and rotation matrix ``[N, 3, 3]`` of the end-effector site (as of the last
-        ``forward``)."""
+        position stage: a ``forward``, or a step with ``positions=True``)."""
         return self.site_xpos[:, self.site].clone(), self.site_xmat[:, self.site].reshape(-1, 3, 3).clone()
 
     def arm_jacobian(self) -> torch.Tensor:
