@@ -33,7 +33,9 @@ yaw features, the plate's and the tray's position and their positions from the g
 lifted 10-demo BC from 5.4% to 6.9%, seed 0) or the cameras' image (``observation=pixels``; agent view and wrist,
 stacked as channels), then the instruction's 384-d MiniLM embedding (a term whose ``source`` is ``instruction``);
 ``text`` is that embedding again, ``[N, 384]`` float32; ``critic`` adds the objects' state, the goal point, the
-arm's joints and velocities. ``info["instruction"]`` lists each env's instruction string after every reset and step."""
+instructed cube's position and the goal point from it (the cube the rewards measure, which a critic could only infer
+from the instruction's embedding), the arm's joints and velocities. ``info["instruction"]`` lists each env's
+instruction string after every reset and step."""
 
 from __future__ import annotations
 
@@ -297,7 +299,9 @@ class MiniLiberoEnv(TabletopEnv):
         else:
             policy = torch.cat([proprio.float(), objects.float(), text], 1)
         s, c = self.sim, self.controller
-        critic = torch.cat([proprio, objects, self.goal_point(), s.qpos[:, c.arm_qpos], s.qvel[:, c.arm_dof]], 1)
+        goal, target = self.goal_point(), self.object_pose()[0]
+        critic = torch.cat([proprio, objects, goal, target, goal - target, s.qpos[:, c.arm_qpos], s.qvel[:, c.arm_dof]],
+                           1)
         return {"policy": policy, "critic": torch.cat([critic.float(), text], 1), "text": text.clone()}
 
     def _compute(self, action: torch.Tensor):
@@ -357,6 +361,8 @@ class MiniLiberoEnv(TabletopEnv):
                   ActionTerm("gripper", 1, "1", description="> 0 closes"))
         obs = {"policy": (*proprio, image, text) if self.renderer is not None else (*proprio, *objects, text),
                "critic": (*proprio, *objects, Term("goal_point", 3, "m", "world"),
+                          Term("target_cube", 6, "m", "world", "the instructed cube's position, then the goal point "
+                               "from it: which cube the rewards measure"),
                           Term("arm_qpos", 7, "rad"), Term("arm_qvel", 7, "rad/s"), text),
                "text": (text,)}
         return Layout(obs, action, self.cfg.control_hz, notes=f"tasks: {', '.join(self.task_names)}",
