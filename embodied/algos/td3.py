@@ -122,6 +122,8 @@ class TD3(OffPolicyAlgorithm):
         if self._fused is not None and self.demos is None:
             self._fused.draw()
             metrics = self._fused.step(actor_step, delayed)
+            if actor_step:  # an average at its own rate (the kernel moves the target actor, not this copy)
+                self._average_step()
             self.num_updates += 1
             return metrics
         b = self._sample()

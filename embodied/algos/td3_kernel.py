@@ -28,8 +28,6 @@ def unsupported(algo) -> str | None:
         return f"activation {algo.policy_cfg.activation!r} (it has relu and tanh)"
     if not (isinstance(algo.pi.normalizer, nn.Identity) and isinstance(algo.q.normalizer, nn.Identity)):
         return "observation normalization"
-    if algo.cfg.average_tau is not None:
-        return "an averaged actor at its own rate (average_tau)"
     if not (isinstance(algo.pi.net, GroupMLP) or _plain_layers(algo.pi.net) is not None):
         return "this actor network"
     return None

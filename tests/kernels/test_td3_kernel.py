@@ -34,7 +34,8 @@ def _replay(algo, idx, g, eps):
 
 
 def _state(algo) -> dict[str, torch.Tensor]:
-    nets = {"q": algo.q, "q_target": algo.q_target, "pi": algo.pi, "pi_target": algo.pi_target}
+    nets = {"q": algo.q, "q_target": algo.q_target, "pi": algo.pi, "pi_target": algo.pi_target,
+            "pi_average": algo.pi_average}
     out = {f"{n}.{k}": v for n, m in nets.items() for k, v in m.state_dict().items()}
     for i, (ms, vs) in enumerate(zip(algo.opt.exp_avg, algo.opt.exp_avg_sq)):
         out.update({f"m{i}.{j}": t for j, t in enumerate(ms)})
@@ -50,7 +51,8 @@ def _state(algo) -> dict[str, torch.Tensor]:
     ["td3.kernel_threads=1"],  # one slice
     ["policy.symmetrize=false", "td3.symmetry_augmentation=false", "policy.critic_layer_norm=false",
      "policy.activation=tanh", "td3.max_grad_norm=null", "policy.actor_hidden=[32,16,8]"],
-], ids=["hover", "hover-one-thread", "plain-tanh"])
+    ["td3.average_tau=0.25"],  # a shipped average at its own rate, moved beside the kernel's step
+], ids=["hover", "hover-one-thread", "plain-tanh", "average"])
 def test_numba_step_matches_the_torch_step(tmp_path, overrides):
     fast = _learner(tmp_path, "fast", ["td3.kernel=numba", *overrides])
     ref = _learner(tmp_path, "ref", ["td3.kernel=torch", *overrides])
