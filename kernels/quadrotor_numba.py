@@ -114,15 +114,16 @@ DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(22, 26)
 DR_ENABLED = 26
 DR_RANGE = 27  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
 POS_DECAY = 39  # the position average's per-step decay (QuadrotorHoverEnv.position_decay)
-CONFIG_DIM = 40
+C_FLOOR = 40  # the least reward of a step (-inf: none)
+CONFIG_DIM = 41
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 
 # ---- the log vector: batch means --------------------------------------------------------------
-LOG_TERMS = ("constant", "position", "position_abs", "orientation", "lin_vel", "action", "termination")
-L_DISTANCE = 7
-L_DR = 8  # 6 entries: parameter / nominal for DR_PARAM_COLUMNS (inertia: its xx entry), noise factor
-LOG_DIM = 14
+LOG_TERMS = ("constant", "position", "position_abs", "orientation", "lin_vel", "action", "termination", "floor")
+L_DISTANCE = 8
+L_DR = 9  # 6 entries: parameter / nominal for DR_PARAM_COLUMNS (inertia: its xx entry), noise factor
+LOG_DIM = 15
 
 FASTMATH = {"nsz", "arcp", "afn"}  # no nnan / ninf (isfinite must stay honest), no contract (FMA rounds
 # differently from the two roundings of the torch reference)
@@ -312,6 +313,8 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
         t5 = np.float32(c[C_ACTION]) * da
         t6 = -np.float32(c[C_TERMINATION]) * np.float32(1.0 if term else 0.0)
         r = np.float32(0.0) + t0 + t1 + t2 + t3 + t4 + t5 + t6
+        t7 = max(np.float32(c[C_FLOOR]) - r, np.float32(0.0))
+        r = r + t7
         log[0] += t0
         log[1] += t1
         log[2] += t2
@@ -319,6 +322,7 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
         log[4] += t4
         log[5] += t5
         log[6] += t6
+        log[7] += t7
         log[L_DISTANCE] += dist
         if c[DR_ENABLED] != 0.0:
             for k in range(5):

@@ -57,6 +57,7 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
     ({"domain_randomization": {"enabled": True}, "reward": {"termination_penalty": 3.0}, "termination_radius": 0.4},
      "cpu"),
     (AVERAGED, "cpu"),
+    ({"reward": {"floor": 0.0}, "termination_radius": 0.5}, "cpu"),  # the floor lifts the far envs' rewards
     pytest.param(AVERAGED, "cuda", marks=CUDA),  # the torch path on CUDA: the whole task step, not only physics
 ])
 def test_fused_step_matches_the_torch_reference(kw, device):
@@ -66,7 +67,7 @@ def test_fused_step_matches_the_torch_reference(kw, device):
     n = 48
     fused, ref = pair(n, device, **NO_NOISE, **kw)
     g = torch.Generator().manual_seed(0)
-    ends = terminations = 0
+    ends = terminations = lifted = 0
     for _ in range(600):
         sync(ref, fused)
         action = torch.rand(n, 4, generator=g) * 2.4 - 1.2  # also outside [-1, 1]: clipped by both
@@ -79,6 +80,7 @@ def test_fused_step_matches_the_torch_reference(kw, device):
         for k in ("policy", "critic"):
             torch.testing.assert_close(inf["final_obs"][k], inr["final_obs"][k], rtol=1e-4, atol=1e-5)
         assert set(inf["log"]) == set(inr["log"])
+        lifted += inr["log"]["reward/floor"] > 0
         for k, v in inr["log"].items():
             assert inf["log"][k] == pytest.approx(float(v), rel=1e-5, abs=1e-6), k
         if done.any():
@@ -91,6 +93,8 @@ def test_fused_step_matches_the_torch_reference(kw, device):
             torch.testing.assert_close(of[k][live], orf[k][live], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(fused.pos_average[live], ref.pos_average.cpu()[live], rtol=1e-4, atol=1e-6)
     assert ends > 0 and (terminations > 0) == (kw.get("termination_radius") in (0.4, 0.5))
+    if "reward" in kw and "floor" in kw["reward"]:
+        assert lifted > 0
 
 
 @pytest.mark.parametrize("kernel", ["numba", "torch"])

@@ -32,8 +32,9 @@ from embodied.sim_backends.torch_vec.quadrotor import QuadrotorParams
 @dataclass
 class RewardWeights:
     """r = constant - scale * (position |p|^2 + orientation (1 - q_w^2) + lin_vel |v|^2
-    + action |a - a_hover|^2 + position_abs |p|) - termination_penalty [terminated]
-    (L2F ``reward_squared_position_only_torque``; L2F's termination penalty defaults to 0)."""
+    + action |a - a_hover|^2 + position_abs |p|) - termination_penalty [terminated], raised to ``floor`` where
+    it falls below it (L2F ``reward_squared_position_only_torque``; L2F's termination penalty defaults to 0 and
+    it has no floor)."""
 
     constant: float = 2.0
     scale: float = 0.5
@@ -47,6 +48,8 @@ class RewardWeights:
     # more runs end hovering outside the radius and success stays put: 0.963 / 0.962 against 0.966 (closing note of
     # stop 38, scripts/bench/bench_hover_ceiling.py)
     termination_penalty: float = 0.0
+    # the least reward a step gets (None: none, L2F's): the term ``floor`` = max(0, floor - the other terms' sum)
+    floor: float | None = None
     # weight on |p| [1/m]: a slope at the set-point, where |p|^2 has none. Not in L2F (0 restores its
     # reward). The equivariant actor pins the hover point in x and y; in z nothing does, and with 4.0 the
     # hover height drifted with the actor's updates: evaluations went 0.96 -> 0.00 -> 0.96 with every
@@ -335,6 +338,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         }
         terminated = dist > self.cfg.termination_radius
         terms["termination"] = -w.termination_penalty * terminated.float()
+        terms["floor"] = self._floor_term(terms)
         metrics = {"distance": dist}
         if self.dr_ranges:  # sampled parameters relative to nominal, logged
             P = sim.PARAMS
@@ -360,6 +364,15 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         w.position = min(w.position * c.position_factor, c.position_cap)
         w.lin_vel = min(w.lin_vel * c.lin_vel_factor, c.lin_vel_cap)
         w.action = min(w.action * c.action_factor, c.action_cap)
+
+    def _floor_term(self, terms: dict[str, torch.Tensor]) -> torch.Tensor:
+        """What lifts the terms' sum (added in ``ManagedVecEnv.step``'s order) to ``floor``; zeros without one."""
+        if self.weights.floor is None:
+            return torch.zeros(self.num_envs, device=self.device)
+        total = torch.zeros(self.num_envs, device=self.device)
+        for value in terms.values():
+            total += value
+        return (self.weights.floor - total).clamp_min(0.0)
 
     # ---- the fused CPU step (kernels/quadrotor_numba.py) ---------------------------------
     def _use_fused(self) -> bool:
@@ -399,6 +412,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         c[fk.DIST_FORCE], c[fk.DIST_TORQUE], c[fk.ARM], c[fk.GRAV] = (cfg.disturbance_force, cfg.disturbance_torque,
                                                                       ARM, GRAVITY)
         c[fk.POS_DECAY] = self.position_decay
+        c[fk.C_FLOOR] = -np.inf if w.floor is None else w.floor
         c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
         if self.dr_ranges:
             c[fk.DR_RANGE:fk.DR_RANGE + 12] = [v for r in self.dr_ranges.values() for v in r]
