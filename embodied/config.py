@@ -221,14 +221,25 @@ def load_config(task: str, preset: str | None = None, overrides: list[str] | tup
     return run
 
 
+def _saved_before(saved: dict, before: dict) -> dict:
+    """``saved`` with the settings it lacks taken from ``before`` (nested sections filled key by key)."""
+    out = dict(saved)
+    for k, v in before.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _saved_before(out[k], v)
+        elif k not in out:
+            out[k] = v
+    return out
+
+
 def config_from_dict(data: dict) -> RunConfig:
     """Rebuild a saved (resolved) run config, validating it against the schema. A task setting the saved config
     lacks (added after it was written) takes the value the run had, which the task's config class declares in
     ``SAVED_BEFORE`` where it differs from the new default; otherwise the default."""
     spec = TASKS.get(data["task"])
     env, before = data.get("env"), getattr(spec.config_cls, "SAVED_BEFORE", {})
-    if isinstance(env, dict) and any(k not in env for k in before):
-        data = {**data, "env": {**{k: v for k, v in before.items() if k not in env}, **env}}
+    if isinstance(env, dict):
+        data = {**data, "env": _saved_before(env, before)}
     algo = data.get("algo") or spec.default_algo
     values = _route_algo_sections(data, algo, "saved config", strict=False)
     return OmegaConf.to_object(_merge(_schema(spec.name, algo), values, "saved config"))

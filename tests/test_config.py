@@ -138,6 +138,10 @@ def test_a_saved_config_without_a_newer_setting_runs_as_it_ran():
     assert config_from_dict(data).env.position_average_s == 1.0
     del data["env"]["position_average_s"]  # a run saved before the setting existed
     assert config_from_dict(data).env.position_average_s == 0.0
+    assert data["env"]["reward"]["floor"] == 0.0 and config_from_dict(data).env.reward.floor == 0.0
+    del data["env"]["reward"]["floor"]  # nested: the reward section of a run saved before the floor
+    assert config_from_dict(data).env.reward.floor is None
+    assert config_from_dict(data).env.reward.position_abs == data["env"]["reward"]["position_abs"]
     env = embodied.make_env("quadrotor-hover")
     ckpt = {"policy": {"spec": {"name": "deterministic_mlp", "kwargs": {"obs_dim": 82}}}, "config": data}
     with pytest.raises(UserError, match="reads 82 observation entries; task quadrotor-hover gives 85"):

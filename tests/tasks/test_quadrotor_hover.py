@@ -80,7 +80,7 @@ def test_position_abs_term():
 @pytest.mark.parametrize("kernel", ["numba", "torch"])
 def test_reward_floor(kernel):
     """reward.floor: a step's reward is lifted to the floor where the terms sum below it (the term ``floor`` =
-    max(0, floor - sum)); above it nothing changes; without one the term is zero."""
+    max(0, floor - sum)); above it nothing changes; without one (None, L2F's) the term is zero."""
     env = hovering_env(3, kernel=kernel, reward={"floor": 0.5})
     env.sim.x[0, 0:3] = torch.tensor([0.1, 0.2, 0.0])  # r = 2 - 0.5 (5 * 0.05 + 10 sqrt(0.05)) = 0.757 > 0.5
     env.sim.x[1, 0:3] = torch.tensor([0.5, 0.0, 0.0])  # r = 2 - 0.5 (5 * 0.25 + 10 * 0.5) = -1.125: lifted to 0.5
@@ -90,7 +90,7 @@ def test_reward_floor(kernel):
     assert reward[1].item() == pytest.approx(0.5, abs=1e-6) and reward[2].item() == pytest.approx(2.0, abs=1e-5)
     lifted = 0.5 - (2 - 0.5 * (5 * 0.25 + 10 * 0.5))
     assert float(info["log"]["reward/floor"]) == pytest.approx(lifted / 3, abs=3e-4)
-    plain = hovering_env(1, kernel=kernel)
+    plain = hovering_env(1, kernel=kernel, reward={"floor": None})  # L2F's: no floor
     plain.sim.x[0, 0] = 0.5
     _, reward, *_, info = plain.step(torch.full((1, 4), HOVER))
     assert reward[0].item() == pytest.approx(-1.125, abs=3e-4) and info["log"]["reward/floor"] == 0.0
