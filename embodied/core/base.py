@@ -115,6 +115,14 @@ class StepTerms:
     info: dict[str, torch.Tensor] | None = None  # per-env ``[N]`` values handed on as ``info[key]``
 
 
+def sum_terms(terms: dict[str, torch.Tensor], num_envs: int, device: torch.device) -> torch.Tensor:
+    """``[N]``: the reward terms added in order, from zero (the reward ``ManagedVecEnv.step`` returns)."""
+    total = torch.zeros(num_envs, device=device)
+    for value in terms.values():
+        total += value
+    return total
+
+
 class ManagedVecEnv(VecEnv):
     """The step template shared by every task: physics, reward terms, termination, truncation,
     same-step autoreset with ``final_obs``, and recovery from numerical faults.
@@ -184,9 +192,7 @@ class ManagedVecEnv(VecEnv):
         self._apply_action(action)
         self.episode_length += 1
         terms = self._compute(action)
-        reward = torch.zeros(self.num_envs, device=self.device)
-        for value in terms.reward_terms.values():
-            reward += value
+        reward = sum_terms(terms.reward_terms, self.num_envs, self.device)
         terminated = terms.terminated
         truncated = self.episode_length >= self.max_episode_steps
         if terms.truncated is not None:

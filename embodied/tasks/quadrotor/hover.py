@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box
+from embodied.core.base import ManagedVecEnv, Obs, StepTerms, box, sum_terms
 from embodied.core.errors import UserError
 from embodied.core.layout import ActionTerm, Layout, Term
 from embodied.core.registry import TaskSpec, register_task
@@ -371,13 +371,10 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         w.action = min(w.action * c.action_factor, c.action_cap)
 
     def _floor_term(self, terms: dict[str, torch.Tensor]) -> torch.Tensor:
-        """What lifts the terms' sum (added in ``ManagedVecEnv.step``'s order) to ``floor``; zeros without one."""
+        """What lifts the terms' sum (``ManagedVecEnv.step``'s) to ``floor``; zeros without one."""
         if self.weights.floor is None:
             return torch.zeros(self.num_envs, device=self.device)
-        total = torch.zeros(self.num_envs, device=self.device)
-        for value in terms.values():
-            total += value
-        return (self.weights.floor - total).clamp_min(0.0)
+        return (self.weights.floor - sum_terms(terms, self.num_envs, self.device)).clamp_min(0.0)
 
     # ---- the fused CPU step (kernels/quadrotor_numba.py) ---------------------------------
     def _use_fused(self) -> bool:
