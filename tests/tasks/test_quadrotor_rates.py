@@ -111,3 +111,5 @@ def test_layout_and_plant():
     assert layout.extras["hold_action"][0] == float(env.hover_action[0]) and layout.robot_size() == 18
     env.scale_plant(mass=1.1)
     assert "mass" in env.plant_parameters()
+    # the hover task's reward floor is not this task's default (measured worse here)
+    assert env.weights.floor is None and embodied.make_env("quadrotor-hover", num_envs=1).weights.floor == 0.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,13 +24,16 @@ from embodied.core.layout import ActionTerm, Layout
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, permutation
 from embodied.kernels.quadrotor import GRAVITY, ROTOR_DIR, ROTOR_X, ROTOR_Y
-from embodied.tasks.quadrotor.hover import MIRRORS, QuadrotorHoverConfig, QuadrotorHoverEnv
+from embodied.tasks.quadrotor.hover import MIRRORS, QuadrotorHoverConfig, QuadrotorHoverEnv, RewardWeights
 
 
 @dataclass
 class QuadrotorRatesConfig(QuadrotorHoverConfig):
     kernel: str = "torch"  # the fused numba step is RPM-level; this task runs the tensor path
     position_average_s: float = 0.0  # the hover task's position average: not measured on this task
+    # the hover task's reward floor left out: on this task seed 0 ended at 0.08 success with it (0.78 without;
+    # neither met the stop rule in 300k env steps; stop 48)
+    reward: RewardWeights = field(default_factory=lambda: RewardWeights(floor=None))
     max_rate_rp: float = 6.0  # [rad/s] roll and pitch rate at |a| = 1
     max_rate_yaw: float = 3.0  # [rad/s]
     rate_gain_rp: float = 20.0  # [1/s] proportional rate gain (with the lag inversion: a ~0.05 s rate response)
