@@ -113,8 +113,9 @@ NOISE = 18  # 4 entries: position, rotation matrix, linear velocity, angular vel
 DIST_FORCE, DIST_TORQUE, ARM, GRAV = range(22, 26)
 DR_ENABLED = 26
 DR_RANGE = 27  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
-C_FLOOR = 39  # the least reward of a step (-inf: none)
-CONFIG_DIM = 40
+POS_DECAY = 39  # the position average's per-step decay (QuadrotorHoverEnv.position_decay)
+C_FLOOR = 40  # the least reward of a step (-inf: none)
+CONFIG_DIM = 41
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 
@@ -213,10 +214,9 @@ def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng):
 
 
 @nb.njit(inline="always", fastmath=FASTMATH, cache=True, error_model="numpy")
-def _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, avg, avg_src, avg_decay):
-    """Both observation groups of env ``i`` (QuadrotorHoverEnv._observe); advances the averages of observed entries
-    (``avg[i, j]`` of entry ``avg_src[j]`` with decay ``avg_decay[j]``: its first value at an episode's first
-    observation)."""
+def _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, pos_avg):
+    """Both observation groups of env ``i`` (QuadrotorHoverEnv._observe); advances the average of the observed
+    position (its first value at an episode's first observation)."""
     xi, pi, oi, ci = x[i], p[i], pol[i], cri[i]
     w, qx, qy, qz = xi[3], xi[4], xi[5], xi[6]
     two = np.float32(2.0)
@@ -242,14 +242,13 @@ def _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, avg,
     h = hist.shape[1]
     for j in range(h):
         oi[CLEAN_DIM + j] = hist[i, j]
-    for j in range(avg.shape[1]):
-        v = oi[avg_src[j]]
+    decay = np.float32(c[POS_DECAY])
+    for j in range(pos_avg.shape[1]):
         if ep_len[i] == 0:
-            avg[i, j] = v
+            pos_avg[i, j] = oi[j]
         else:
-            decay = avg_decay[j]
-            avg[i, j] = decay * avg[i, j] + (np.float32(1.0) - decay) * v
-        oi[CLEAN_DIM + h + j] = avg[i, j]
+            pos_avg[i, j] = decay * pos_avg[i, j] + (np.float32(1.0) - decay) * oi[j]
+        oi[CLEAN_DIM + h + j] = pos_avg[i, j]
     mg = pi[0] * np.float32(c[GRAV])
     for j in range(3):
         ci[18 + j] = pi[7 + j] / mg
@@ -267,8 +266,7 @@ def _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, avg,
 # ---- the step -----------------------------------------------------------------------------------
 @nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
 def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt, geo, rng,
-               pol, cri, final_pol, final_cri, reward, terminated, truncated, success, faulted, log, avg, avg_src,
-               avg_decay):
+               pol, cri, final_pol, final_cri, reward, terminated, truncated, success, faulted, log, pos_avg):
     """One control step of every env. Writes the outputs (``pol .. faulted``) and the batch means into
     ``log``; returns (number of envs with a numerical fault, whether any episode ended).
     ``final_pol/final_cri`` hold the observations before the reset, valid when an episode ended; ``dt``
@@ -346,7 +344,7 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
         truncated[i] = trunc
         any_done = any_done or term or trunc
         success[i] = 1.0 if (ep_len[i] >= c[MAX_STEPS] and ep_len[i] - last_out[i] >= c[SUCCESS_STEPS]) else 0.0
-        _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, avg, avg_src, avg_decay)
+        _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, pos_avg)
     for j in range(log.shape[0]):
         log[j] /= n
     if any_done:
@@ -363,13 +361,13 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
                     if not math.isfinite(final_cri[i, j]):
                         final_cri[i, j] = 0.0
             _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
-            _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, avg, avg_src, avg_decay)
+            _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, pos_avg)
     return num_bad, any_done
 
 
 @nb.njit(fastmath=FASTMATH, cache=True, error_model="numpy")
-def hover_reset(x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pol, cri, avg, avg_src, avg_decay):
+def hover_reset(x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng, pol, cri, pos_avg):
     """Initial states and observations of every env."""
     for i in range(x.shape[0]):
         _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng)
-        _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, avg, avg_src, avg_decay)
+        _observe(i, x, p, noise_scale, hist, ep_len, nominal, c, rng, pol, cri, pos_avg)

@@ -67,7 +67,7 @@ TASK = _rules(
                                  "obs_noise_ang_vel", "obs_noise_lin_vel", "obs_noise_orientation",
                                  "obs_noise_position", "object_yaw", "offroad_margin", "position_average_s",
                                  "reset_noise_scale", "start_heading", "start_lateral", "start_range",
-                                 "success_bonus", "success_hold_s", "target_range", "velocity_average_s")),
+                                 "success_bonus", "success_hold_s", "target_range")),
     fraction=(FRACTION, ("init_guidance",)),
     factors=(FACTORS, ("friction", "inertia", "mass", "motor_time_constant", "obs_noise", "thrust_constant",
                        "torque_constant")),

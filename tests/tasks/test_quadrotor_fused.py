@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import embodied
-from embodied.core.errors import UserError
 from embodied.kernels.quadrotor import numba_available
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba is not installed")
@@ -46,13 +45,10 @@ def sync(ref, fused):
     ref.episode_length.copy_(fused.episode_length)
     ref.last_outside.copy_(fused.last_outside)
     ref.noise_scale.copy_(fused.noise_scale)
-    ref.averages.copy_(fused.averages)
+    ref.pos_average.copy_(fused.pos_average)
 
 
 AVERAGED = {"position_average_s": 0.05, "termination_radius": 0.5}  # the position average in the actor observation
-# and the velocity averages, under domain randomization (the setting they are for)
-VELOCITY = {"position_average_s": 0.05, "velocity_average_s": 0.03, "termination_radius": 0.5,
-            "domain_randomization": {"enabled": True}}
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
@@ -61,7 +57,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
     ({"domain_randomization": {"enabled": True}, "reward": {"termination_penalty": 3.0}, "termination_radius": 0.4},
      "cpu"),
     (AVERAGED, "cpu"),
-    (VELOCITY, "cpu"),
     ({"reward": {"floor": 0.0}, "termination_radius": 0.5}, "cpu"),  # the floor lifts the far envs' rewards
     pytest.param(AVERAGED, "cuda", marks=CUDA),  # the torch path on CUDA: the whole task step, not only physics
 ])
@@ -96,7 +91,7 @@ def test_fused_step_matches_the_torch_reference(kw, device):
         torch.testing.assert_close(x_fused[live], ref.sim.x.cpu()[live], rtol=1e-4, atol=1e-5)
         for k in ("policy", "critic"):
             torch.testing.assert_close(of[k][live], orf[k][live], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(fused.averages[live], ref.averages.cpu()[live], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(fused.pos_average[live], ref.pos_average.cpu()[live], rtol=1e-4, atol=1e-6)
     assert ends > 0 and (terminations > 0) == (kw.get("termination_radius") in (0.4, 0.5))
     if "reward" in kw and "floor" in kw["reward"]:
         assert lifted > 0
@@ -131,39 +126,6 @@ def test_position_average_exact_values(kernel):
             assert torch.equal(obs["policy"][:, -3:], obs["policy"][:, :3])
             avg = obs["policy"][:, :3].numpy().copy()
         np.testing.assert_array_equal(env.pos_average.numpy(), obs["policy"][:, -3:].numpy())
-
-
-@pytest.mark.parametrize("kernel", ["numba", "torch"])
-def test_velocity_averages_exact_values(kernel):
-    """``velocity_average_s``: after the position average, the actor observation holds averages of the observed
-    linear and angular velocity (entries 12:18), kept like the position's: the first observed value of an episode,
-    then ``d * avg + (1 - d) * v`` with ``d = exp(-dt / tau)`` in float32 (0.81873077154159546 for 0.05 s at 100 Hz);
-    the layout declares both as averages of their robot terms."""
-    env = embodied.make_env("quadrotor-hover", num_envs=5, seed=0, kernel=kernel, position_average_s=1.0,
-                            velocity_average_s=0.05, termination_radius=100.0, episode_s=0.05)
-    d = np.float32(0.81873077154159546)
-    assert env.velocity_decay == float(d) == float(np.float32(math.exp(-0.2)))
-    terms = [t for t in env.layout().terms("policy") if t.source == "average"]
-    assert [(t.name, t.average_of, t.average_decay) for t in terms] == [
-        ("pos_w_average", "pos_w", env.position_decay), ("lin_vel_w_average", "lin_vel_w", float(d)),
-        ("ang_vel_b_average", "ang_vel_b", float(d))]
-    slices = env.layout().slices("policy")
-    assert (slices["lin_vel_w_average"], slices["ang_vel_b_average"]) == (slice(85, 88), slice(88, 91))
-    obs, _ = env.reset(seed=2)
-    assert obs["policy"].shape == (5, 91) and torch.equal(obs["policy"][:, 85:91], obs["policy"][:, 12:18])
-    avg = obs["policy"][:, 12:18].numpy().copy()
-    g = torch.Generator().manual_seed(0)
-    for t in range(1, 8):
-        obs, _, _, truncated, info = env.step(torch.rand(5, 4, generator=g) * 2 - 1)
-        last = info["final_obs"]["policy"]
-        avg = d * avg + (np.float32(1.0) - d) * last[:, 12:18].numpy()
-        np.testing.assert_allclose(last[:, 85:91].numpy(), avg, rtol=0, atol=2e-7)
-        if t == 5:  # a new episode's averages start at its first observed velocities
-            assert torch.equal(obs["policy"][:, 85:91], obs["policy"][:, 12:18])
-            avg = obs["policy"][:, 12:18].numpy().copy()
-        np.testing.assert_array_equal(env.vel_average.numpy(), obs["policy"][:, 85:91].numpy())
-    with pytest.raises(UserError, match="velocity_average_s"):
-        embodied.make_env("quadrotor-hover", num_envs=1, velocity_average_s=-1.0)
 
 
 def test_success_and_reward_terms_at_hover():

@@ -130,11 +130,6 @@ class QuadrotorHoverConfig:
     # the radius fall from 126 to 74 (a pilot on the clean position: 33), mean success 0.9665 against 0.9647 (pilot
     # 0.9715); crashes (~2.9%) are unchanged (closing note of stop 39)
     position_average_s: float = 1.0
-    # [s] time constant of exponential averages of the observed linear and angular velocity appended to the actor
-    # observation (0: none). The difference of a velocity and its short average is the acceleration the plant gave
-    # the last commands: what a memoryless actor needs to tell a heavy, weak-motored plant from the nominal one
-    # under domain randomization (the deploy runner keeps the same averages: layout source "average")
-    velocity_average_s: float = 0.0
     action_history: int = 16  # past actions in the actor observation (L2F: 32; 16 = 0.16 s, one motor time constant)
     obs_noise_position: float = 0.001  # std [m]
     obs_noise_orientation: float = 0.001  # std, on rotation-matrix entries
@@ -232,22 +227,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         # the same in the kernel, the torch path and the runner)
         self.position_decay = float(np.float32(math.exp(-params.dt / cfg.position_average_s))) \
             if cfg.position_average_s else 0.0
-        if not (math.isfinite(cfg.velocity_average_s) and cfg.velocity_average_s >= 0):
-            raise UserError(f"env.velocity_average_s must be >= 0 (0: no average), got {cfg.velocity_average_s}")
-        self.velocity_decay = float(np.float32(math.exp(-params.dt / cfg.velocity_average_s))) \
-            if cfg.velocity_average_s else 0.0
-        # the averages the actor observation ends with, as of the last observation returned: the observed position
-        # (entries 0:3 of the clean observation), then the linear and angular velocity (12:18), each where enabled;
-        # one [N, A] tensor, its source entries and per-step decays (the fused kernel keeps it the same way)
-        src, decay = [], []
-        for on, entries, d in ((cfg.position_average_s, range(3), self.position_decay),
-                               (cfg.velocity_average_s, range(12, 18), self.velocity_decay)):
-            if on:
-                src += entries
-                decay += [d] * len(entries)
-        self.averages = torch.zeros(n, len(src), device=self.device)
-        self.average_src = torch.tensor(src, dtype=torch.long, device=self.device)
-        self.average_decay = torch.tensor(decay, dtype=torch.float32, device=self.device)
+        self.pos_average = torch.zeros(n, 3 if cfg.position_average_s else 0, device=self.device)
         self.last_outside = torch.zeros(n, dtype=torch.long, device=self.device)
         self.dr_ranges = cfg.domain_randomization.ranges() if cfg.domain_randomization.enabled else None
         self.noise_scale = torch.ones(n, device=self.device)  # per-episode factor on the observation noise std
@@ -255,7 +235,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.obs_noise_std = torch.tensor(  # [18] per clean observation entry
             [cfg.obs_noise_position] * 3 + [cfg.obs_noise_orientation] * 9 + [cfg.obs_noise_lin_vel] * 3
             + [cfg.obs_noise_ang_vel] * 3, device=self.device)
-        obs_dim = 18 + 4 * h + self.averages.shape[1]
+        obs_dim = 18 + 4 * h + self.pos_average.shape[1]
         self.single_observation_space = gym.spaces.Dict(
             {"policy": box(-math.inf, math.inf, (obs_dim,)), "critic": box(-math.inf, math.inf, (self._critic_dim,))}
         )
@@ -331,10 +311,10 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         critic = torch.cat(parts, 1)
         observed = clean + noise
         parts = [observed, self.actions]
-        if self.averages.shape[1]:  # the averages as of the last observation, advanced (not stored: step does)
+        if self.pos_average.shape[1]:  # the average as of the last observation, advanced (not stored: step does)
+            d, pos = self.position_decay, observed[:, :3]
             first = (self.episode_length == 0)[:, None]
-            d, value = self.average_decay, observed[:, self.average_src]
-            parts.append(torch.where(first, value, self.averages * d + value * (1.0 - d)))
+            parts.append(torch.where(first, pos, self.pos_average * d + pos * (1.0 - d)))
         return {"policy": torch.cat(parts, 1), "critic": critic}
 
     def reset_envs(self, seeds: torch.Tensor) -> Obs:
@@ -343,20 +323,9 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def _keep_average(self, obs: Obs) -> Obs:
         """The position average the returned observation shows becomes the kept one (``_observe`` runs twice in a
         step that resets envs, before and after; the fused kernel keeps it itself)."""
-        if self.averages.shape[1]:
-            self.averages.copy_(obs["policy"][:, -self.averages.shape[1]:])
+        if self.pos_average.shape[1]:
+            self.pos_average.copy_(obs["policy"][:, -3:])
         return obs
-
-    @property
-    def pos_average(self) -> torch.Tensor:
-        """``[N, 3]`` (``[N, 0]`` without one): the kept average of the observed position, a view."""
-        return self.averages[:, :3 if self.cfg.position_average_s else 0]
-
-    @property
-    def vel_average(self) -> torch.Tensor:
-        """``[N, 6]`` (``[N, 0]`` without them): the kept averages of the observed linear and angular velocity."""
-        at = self.pos_average.shape[1]
-        return self.averages[:, at:at + (6 if self.cfg.velocity_average_s else 0)]
 
     def _compute(self, action: torch.Tensor) -> StepTerms:
         sim, w = self.sim, self.weights
@@ -417,8 +386,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
 
         rng = np.array([_stream_seed(self.generator.initial_seed())], np.uint64)
         return dict(kernel=fk, x=self.sim.x.numpy(), p=self.sim.p.numpy(), noise_scale=self.noise_scale.numpy(),
-                    hist=self.actions.numpy(), avg=self.averages.numpy(), avg_src=self.average_src.numpy(),
-                    avg_decay=self.average_decay.numpy(),
+                    hist=self.actions.numpy(), pos_avg=self.pos_average.numpy(),
                     ep_len=self.episode_length.numpy(), last_out=self.last_outside.numpy(),
                     nominal=self.nominal_p[0].numpy().copy(), rng=rng, coefs=None, coefs_key=None,
                     geo=numba_geometry(),
@@ -445,6 +413,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
                                     cfg.obs_noise_ang_vel]
         c[fk.DIST_FORCE], c[fk.DIST_TORQUE], c[fk.ARM], c[fk.GRAV] = (cfg.disturbance_force, cfg.disturbance_torque,
                                                                       ARM, GRAVITY)
+        c[fk.POS_DECAY] = self.position_decay
         c[fk.C_FLOOR] = -np.inf if w.floor is None else w.floor
         c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
         if self.dr_ranges:
@@ -462,8 +431,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             f["rng"][0] = _stream_seed(self.generator.initial_seed())  # a negative seed wraps as torch's does
         pol, cri = self._obs_buffers()
         f["kernel"].hover_reset(f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"], f["last_out"],
-                                f["nominal"], self._coefs(), f["rng"], pol, cri, f["avg"], f["avg_src"],
-                                f["avg_decay"])
+                                f["nominal"], self._coefs(), f["rng"], pol, cri, f["pos_avg"])
         return {"policy": torch.from_numpy(pol), "critic": torch.from_numpy(cri)}, {}
 
     def _obs_buffers(self) -> tuple[np.ndarray, np.ndarray]:
@@ -487,7 +455,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         num_bad, any_done = f["kernel"].hover_step(
             _as_numpy(action), f["x"], f["p"], f["noise_scale"], f["hist"], f["ep_len"],
             f["last_out"], f["nominal"], self._coefs(), self.params.dt, f["geo"], f["rng"], pol, cri, final_pol,
-            final_cri, reward, terminated, truncated, success, faulted, log, f["avg"], f["avg_src"], f["avg_decay"])
+            final_cri, reward, terminated, truncated, success, faulted, log, f["pos_avg"])
         self.num_nan_resets += num_bad
         info = {"log": dict(zip(f["log_names"], log.tolist())), "faulted": torch.from_numpy(faulted)}
         info["log"]["nan_resets"] = float(num_bad)
@@ -508,20 +476,12 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             kinematic = concat(mirror_vector(m, 0), mirror_rotation(m, 3), mirror_vector(m, 12), mirror_axial(m, 15))
             plant = [permutation(range(DR_CRITIC), 28)] if self.dr_ranges else []  # scalars: invariant
             elements.append({
-                "policy": concat(kinematic, permutation(perm, 18, h), *self._average_mirrors(m, 18 + 4 * h)),
+                "policy": concat(kinematic, permutation(perm, 18, h),
+                                 *([mirror_vector(m, 18 + 4 * h)] if self.pos_average.shape[1] else [])),
                 "critic": concat(kinematic, mirror_vector(m, 18), mirror_axial(m, 21), permutation(perm, 24), *plant),
                 "action": permutation(perm),
             })
         return SymmetryGroup(elements, self.device)
-
-    def _average_mirrors(self, m, at: int) -> list:
-        out = []
-        if self.pos_average.shape[1]:
-            out.append(mirror_vector(m, at))
-            at += 3
-        if self.vel_average.shape[1]:
-            out += [mirror_vector(m, at), mirror_axial(m, at + 3)]
-        return out
 
     # ---- a simulated robot's plant -----------------------------------------------------------
     PLANT = {"mass": "mass", "inertia": "inertia", "thrust": "k_f", "torque": "k_m", "motor_tau": "motor_tau"}
@@ -568,11 +528,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         average = (Term("pos_w_average", 3, "m", "world", f"exponential average of pos_w, time constant "
                         f"{self.cfg.position_average_s} s", source="average", average_of="pos_w",
                         average_decay=self.position_decay),) if self.pos_average.shape[1] else ()
-        if self.vel_average.shape[1]:
-            average += tuple(Term(f"{name}_average", 3, unit, frame, f"exponential average of {name}, time constant "
-                                  f"{self.cfg.velocity_average_s} s", source="average", average_of=name,
-                                  average_decay=self.velocity_decay)
-                             for name, unit, frame in (("lin_vel_w", "m/s", "world"), ("ang_vel_b", "rad/s", "body")))
         return Layout({"policy": (*state, history, *average), "critic": critic}, (action,), 1.0 / self.params.dt,
                       notes="x forward, y left, z up; the set-point is the origin; observation noise is not part of "
                             "the layout (sensors bring their own)",
@@ -603,7 +558,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         s = super().state_dict()
         s.update(sim=self.sim.get_state(), actions=self.actions.clone(), last_outside=self.last_outside.clone(),
                  noise_scale=self.noise_scale.clone(), pos_average=self.pos_average.clone(),
-                 vel_average=self.vel_average.clone(),
                  weights=dict(vars(self.weights)), total_env_steps=self.total_env_steps)
         if self._fused is not None:
             s["fused_rng"] = int(self._fused["rng"][0])
@@ -615,8 +569,6 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         self.actions.copy_(state["actions"])
         if "pos_average" in state and state["pos_average"].shape == self.pos_average.shape:
             self.pos_average.copy_(state["pos_average"])
-        if "vel_average" in state and state["vel_average"].shape == self.vel_average.shape:
-            self.vel_average.copy_(state["vel_average"])
         self.last_outside.copy_(state["last_outside"])
         if "noise_scale" in state:
             self.noise_scale.copy_(state["noise_scale"])
