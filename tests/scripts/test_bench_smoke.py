@@ -85,3 +85,28 @@ def test_bench_hover_ceiling_flies_an_ensemble_run_and_its_members(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     row = json.loads(proc.stdout)["runs"][0]
     assert len(row["members"]) == 2 and all(0 <= s <= 1 for s in [*row["members"], row["members_median"]])
+
+
+def test_bench_hover_feasibility_searches_the_starts_a_policy_fails(tmp_path):
+    """A barely trained domain-randomized run: every start it fails is searched, the figure counts the policy's
+    successes and the found controllers, and the unflown starts are listed by seed and plant."""
+    from embodied.config import load_config
+    from embodied.train import train
+
+    cfg = load_config("quadrotor-hover", "debug", ["total_steps=256", "env.domain_randomization.enabled=true",
+                                                    "log.progress=false", "log.tensorboard=false"])
+    run_dir, _ = train(cfg, tmp_path / "run")
+    script = SCRIPT.parent / "bench_hover_feasibility.py"
+    proc = subprocess.run([sys.executable, str(script), str(run_dir), "--episodes", "6", "--population", "4",
+                           "--iterations", "2", "--elites", "2", "--batch", "4"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout)
+    assert out["searched"] == round(6 * (1 - out["policy_success"])) and 0 <= out["found"] <= out["searched"]
+    assert out["feasible_at_least"] == round(out["policy_success"] + out["found"] / 6, 4)
+    assert sum(out["found_at_iteration"]) == out["found"]
+    unflown = out["unflown"]
+    assert unflown["starts"] == out["searched"] - out["found"] == len(unflown["seeds"])
+    assert len(out["unflown_thrust_to_weight"]) == unflown["starts"]
+    assert [b["starts"] for b in out["by_thrust_to_weight"]["policy"]] == \
+        [b["starts"] for b in out["by_thrust_to_weight"]["feasible_at_least"]]
