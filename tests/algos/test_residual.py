@@ -114,7 +114,12 @@ def test_residual_sac_starts_gently(weak_base):
     assert not all(torch.equal(v, dict(algo.pi.named_parameters())[k]) for k, v in actor0.items())
 
 
-@pytest.mark.parametrize("algo, budget", [("residual-ppo", ["total_steps=8000"]),
+# residual-ppo explores wider than its ResiP default (init_log_std -1) here: at -1 seed 0 reached 7.46 on an Intel Xeon
+# (8.16 on an AMD EPYC; seeds 1-2 8.10 / 7.90), at -0.5 8.33 / 8.11 / 8.40 for seeds 0-2 (stop 49)
+RESIDUAL_PPO = ["total_steps=8000", "residual-ppo.init_log_std=-0.5"]
+
+
+@pytest.mark.parametrize("algo, budget", [("residual-ppo", RESIDUAL_PPO),
                                          ("residual-sac", ["total_steps=4000", "residual-sac.warmup_steps=500",
                                                           "residual-sac.critic_burn_in=0"]),
                                          ("residual-td3", ["total_steps=4000", "residual-td3.warmup_steps=500",
@@ -190,7 +195,7 @@ def test_a_bundle_base_acts_as_its_onnx_and_trains(weak_base, tmp_path):
     program = build_policy(base["spec"])  # the bundle's ONNX read back as a program
     onnx_runner = load_bundle(tmp_path / "bundle")
     assert np.allclose(program.act(obs["policy"]).numpy(), onnx_runner.forward(obs["policy"].numpy()), atol=1e-6)
-    cfg = load_config("target", None, [*QUIET, "algo=residual-ppo", f"base={tmp_path / 'bundle'}", "total_steps=8000",
+    cfg = load_config("target", None, [*QUIET, "algo=residual-ppo", f"base={tmp_path / 'bundle'}", *RESIDUAL_PPO,
                                        "residual-ppo.scale=0.3", "residual-ppo.limit=0.3", "log.eval_every=0"])
     _, summary = train(cfg, tmp_path / "residual")
     assert summary["eval/return"] >= _floor("residual_ppo_target"), summary
