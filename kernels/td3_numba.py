@@ -360,40 +360,59 @@ def assemble(flat, index, sign):
 
 
 # ---- optimizer ---------------------------------------------------------------------------------
-@nb.njit(cache=True)
-def _clip(grad, max_norm):
-    if max_norm < 0.0:
-        return
+@nb.njit(fastmath=True, cache=True)
+def _reduce(grads, lo, hi):
+    """``grads[0, lo:hi]`` <- the sum over the parts ``grads[:, lo:hi]`` (in part order); returns that slice's
+    squared norm (float64) for the clip."""
     s = 0.0
-    for k in range(grad.shape[0]):
-        s += np.float64(grad[k]) * grad[k]
-    scale = max_norm / (math.sqrt(s) + 1e-6)
-    if scale < 1.0:
-        for k in range(grad.shape[0]):
-            grad[k] *= np.float32(scale)
+    for j in range(lo, hi):
+        acc = grads[0, j]
+        for p in range(1, grads.shape[0]):
+            acc += grads[p, j]
+        grads[0, j] = acc
+        s += np.float64(acc) * acc
+    return s
 
 
 @nb.njit(cache=True)
-def _adam(param, grad, m, v, steps, lr, wd, beta1, beta2, eps):
-    """torch's fused Adam (L2 weight decay added to the gradient) over one flat group; ``steps`` holds the
-    group's per-parameter step counts (all equal), advanced here."""
+def _clip_scale(sq, max_norm):
+    """The factor ``clip_grad_norm_`` multiplies the gradients by (1 when no clip is set or the norm is within it)."""
+    if max_norm < 0.0:
+        return np.float32(1.0)
+    scale = max_norm / (math.sqrt(sq) + 1e-6)
+    return np.float32(scale) if scale < 1.0 else np.float32(1.0)
+
+
+@nb.njit(cache=True)
+def _adam_scalars(steps, lr, beta1, beta2):
+    """Advances a group's per-parameter step counts (all equal) -> (step size, 1 / sqrt(bias correction 2)), in
+    float64 as torch computes them on the host."""
     for k in range(steps.shape[0]):
         steps[k] += 1.0
     t = np.float64(steps[0])
-    bc1 = 1.0 - beta1 ** t
-    bc2_sqrt = math.sqrt(1.0 - beta2 ** t)
-    step_size = lr / bc1
-    for k in range(param.shape[0]):
-        gk = grad[k] + wd * param[k]
-        m[k] += (1.0 - beta1) * (gk - m[k])
-        v[k] = beta2 * v[k] + (1.0 - beta2) * gk * gk
-        param[k] -= step_size * m[k] / (math.sqrt(v[k]) / bc2_sqrt + eps)
+    return np.float32(lr / (1.0 - beta1 ** t)), np.float32(1.0 / math.sqrt(1.0 - beta2 ** t))
 
 
-@nb.njit(cache=True)
-def _lerp(target, source, tau):
-    for k in range(target.shape[0]):
-        target[k] += tau * (source[k] - target[k])
+@nb.njit(fastmath=True, cache=True)
+def _adam(param, grad, m, v, lo, hi, scale, step_size, inv_bc2_sqrt, wd, beta1, beta2, eps):
+    """torch's fused Adam (L2 weight decay added to the gradient, the gradient times the clip's ``scale`` first) on
+    ``[lo, hi)`` of one flat group, elementwise in float32 as torch's kernel is for float32 parameters."""
+    one_b1, b2, one_b2 = np.float32(1.0 - beta1), np.float32(beta2), np.float32(1.0 - beta2)
+    wd32, eps32 = np.float32(wd), np.float32(eps)
+    for k in range(lo, hi):
+        gk = grad[k] * scale + wd32 * param[k]
+        mk = m[k] + one_b1 * (gk - m[k])
+        vk = b2 * v[k] + one_b2 * gk * gk
+        m[k] = mk
+        v[k] = vk
+        param[k] -= step_size * mk / (np.sqrt(vk) * inv_bc2_sqrt + eps32)
+
+
+@nb.njit(fastmath=True, cache=True)
+def _lerp(target, source, tau, lo, hi):
+    t = np.float32(tau)
+    for k in range(lo, hi):
+        target[k] += t * (source[k] - target[k])
 
 
 # ---- the step ----------------------------------------------------------------------------------
@@ -483,18 +502,27 @@ def td3_update(storage, cols, dims3, aug_index, aug_sign, idx, g, eps,
         _gradients(storage, cols, dims3, aug_index, aug_sign, idx[lo:hi], g[lo:hi], eps[lo:hi], batch,
                    qf, qt, q_w, q_b, q_dims, pf_asm, pt_asm, p_index, p_sign, p_dims, p_groups, chi, chi_w,
                    hp, ln, kind, actor_step, qgs[k], pgs[k], stats[k])
-    qg, pg = qgs[0], pgs[0]
-    for k in range(1, parts):
-        qg += qgs[k]
-        pg += pgs[k]
     metrics[0] = stats[:, 0].sum()
     metrics[1] = stats[:, 1].sum() / (2 * batch)
     metrics[2] = stats[:, 2].sum()
-    _clip(qg, hp[MAX_NORM])
-    _adam(qf, qg, qm, qv, q_steps, hp[LR_Q], hp[WD_Q], hp[BETA1], hp[BETA2], hp[EPS])
-    if actor_step:
-        _clip(pg, hp[MAX_NORM])
-        _adam(pf, pg, pm, pv, pi_steps, hp[LR_PI], hp[WD_PI], hp[BETA1], hp[BETA2], hp[EPS])
-    if delayed:
-        _lerp(qt, qf, hp[TAU])
-        _lerp(pt, pf, hp[TAU])
+    # the parts' gradients summed, clipped per network and applied, each thread on its slice of the parameters
+    nq, npi = qf.shape[0], pf.shape[0]
+    sq = np.zeros((parts, 2), dtype=np.float64)
+    for k in nb.prange(parts):
+        sq[k, 0] = _reduce(qgs, k * nq // parts, (k + 1) * nq // parts)
+        if actor_step:
+            sq[k, 1] = _reduce(pgs, k * npi // parts, (k + 1) * npi // parts)
+    q_scale = _clip_scale(sq[:, 0].sum(), hp[MAX_NORM])
+    p_scale = _clip_scale(sq[:, 1].sum(), hp[MAX_NORM])
+    q_size, q_bc2 = _adam_scalars(q_steps, hp[LR_Q], hp[BETA1], hp[BETA2])
+    p_size, p_bc2 = _adam_scalars(pi_steps, hp[LR_PI], hp[BETA1], hp[BETA2]) if actor_step else (p_scale, p_scale)
+    for k in nb.prange(parts):
+        lo, hi = k * nq // parts, (k + 1) * nq // parts
+        _adam(qf, qgs[0], qm, qv, lo, hi, q_scale, q_size, q_bc2, hp[WD_Q], hp[BETA1], hp[BETA2], hp[EPS])
+        if delayed:
+            _lerp(qt, qf, hp[TAU], lo, hi)
+        lo, hi = k * npi // parts, (k + 1) * npi // parts
+        if actor_step:
+            _adam(pf, pgs[0], pm, pv, lo, hi, p_scale, p_size, p_bc2, hp[WD_PI], hp[BETA1], hp[BETA2], hp[EPS])
+        if delayed:
+            _lerp(pt, pf, hp[TAU], lo, hi)
