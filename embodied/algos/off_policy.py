@@ -37,6 +37,8 @@ class OffPolicyConfig:
 
     lr_actor: float = 1e-3
     lr_critic: float = 1e-3
+    # constant | linear: every group's learning rate falls linearly to 0 at total_steps (by the env steps stored)
+    lr_schedule: str = "constant"
     gamma: float = 0.99
     tau: float = 0.005  # Polyak factor of the target networks
     batch_size: int = 256
@@ -90,6 +92,8 @@ class OffPolicyAlgorithm(Algorithm):
                             f"{type(action_space).__name__}; use algo=ppo")
         if (cfg.symmetry_augmentation or policy.symmetrize) and symmetry is None:
             raise UserError("symmetry_augmentation / policy.symmetrize need a task that declares a symmetry group")
+        if cfg.lr_schedule not in ("constant", "linear"):
+            raise UserError(f"lr_schedule must be constant or linear, got {cfg.lr_schedule!r}")
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
             raise UserError(f"average_tau is the averaged actor's rate: in (0, 1], got {cfg.average_tau}")
         self.symmetry = symmetry.to(self.device) if symmetry is not None else None
@@ -113,6 +117,8 @@ class OffPolicyAlgorithm(Algorithm):
             [{"params": self.q.parameters(), "lr": cfg.lr_critic, "weight_decay": cfg.weight_decay},
              {"params": self.pi.parameters(), "lr": cfg.lr_actor, "weight_decay": cfg.weight_decay},
              *self._extra_param_groups()])
+        self.total_steps = total_steps
+        self._base_lr = [g["lr"] for g in self.opt.groups]
         capacity = min(cfg.buffer_size, total_steps) if total_steps else cfg.buffer_size
         self.buffer = ReplayBuffer(capacity, obs_dim, cdim, act_dim, self.device)
         self._head_dims = (obs_dim, cdim, act_dim)
@@ -270,6 +276,10 @@ class OffPolicyAlgorithm(Algorithm):
 
     def update(self) -> dict[str, torch.Tensor]:
         metrics: dict[str, torch.Tensor] = {}
+        if self.cfg.lr_schedule == "linear" and self.total_steps and self._credit >= 1.0:
+            frac = max(0.0, 1.0 - self.num_observed / self.total_steps)
+            for group, lr in zip(self.opt.groups, self._base_lr):
+                group["lr"] = lr * frac
         while self._credit >= 1.0:
             self._credit -= 1.0
             metrics = self._gradient_step()

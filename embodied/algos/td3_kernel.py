@@ -207,6 +207,7 @@ class FusedStep:
         # multiprocessing pipe moves its storage to shared memory in place, which an older view would outlive)
         f = {k: t.numpy() for k, t in self.flat.items()}
         aug_index, aug_sign = self.augmentation()
+        self.hp[K.LR_Q], self.hp[K.LR_PI] = algo.opt.groups[0]["lr"], algo.opt.groups[1]["lr"]  # a schedule's
         K.td3_update(algo.buffer.storage.numpy(), self.cols, self.dims3, aug_index, aug_sign, self.idx, self.g,
                      self.eps, f["qf"], f["qt"], f["qm"], f["qv"], f["q_steps"], self.q_w, self.q_b, self.q_dims,
                      f["pf"], f["pt"], f["pm"], f["pv"], f["pi_steps"], self.p_index, self.p_sign, self.p_dims,

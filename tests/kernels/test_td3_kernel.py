@@ -103,3 +103,31 @@ def test_kernel_choice_errors(tmp_path):
         _learner(tmp_path, "norm", ["td3.kernel=numba", "policy.obs_normalization=true"])
     assert _learner(tmp_path, "auto", ["policy.obs_normalization=true"]).algo._fused is None  # auto: torch
 
+
+
+@pytest.mark.parametrize("kernel", ["numba", "torch"])
+def test_linear_learning_rate_schedule(tmp_path, kernel):
+    """``lr_schedule=linear``: every group's rate is base x (1 - env steps stored / total_steps) when the updates
+    owed are taken; the kernel's step reads it (at 0 the weights no longer move, on either path)."""
+    run = _learner(tmp_path, kernel, [f"td3.kernel={kernel}", "td3.lr_schedule=linear", "total_steps=2000",
+                                      "td3.lr_actor=4e-4"])
+    algo = run.algo
+    while algo.num_observed < 500:
+        run.collect()
+        algo.update()
+    algo._credit = 1.0  # one step owed: the rate is set at the steps stored now
+    algo.update()
+    frac = 1.0 - algo.num_observed / 2000
+    assert [g["lr"] for g in algo.opt.groups] == pytest.approx([1e-3 * frac, 4e-4 * frac], rel=1e-12)
+    if kernel == "numba":
+        assert algo._fused.hp[[2, 3]].tolist() == pytest.approx([1e-3 * frac, 4e-4 * frac], rel=1e-12)
+    algo.num_observed = 2000  # the end of the budget: rate 0
+    algo._credit = 2.0
+    before = [p.clone() for p in [*algo.q.parameters(), *algo.pi.parameters()]]
+    algo.update()
+    assert [g["lr"] for g in algo.opt.groups] == [0.0, 0.0]
+    for p, b in zip([*algo.q.parameters(), *algo.pi.parameters()], before):
+        assert torch.equal(p, b)
+    run.collector.close()
+    with pytest.raises(UserError, match="lr_schedule"):
+        _learner(tmp_path, "bad", ["td3.lr_schedule=cosine"])
