@@ -15,6 +15,7 @@ from torch.autograd.graph import increment_version
 
 from embodied.core.errors import UserError
 from embodied.kernels import td3_numba as K
+from embodied.kernels.background import Background
 from embodied.policies.networks import GroupMLP
 
 KERNELS = ("auto", "numba", "torch")
@@ -173,6 +174,8 @@ class FusedStep:
         self.q_params, self.pi_params = q_params, pi_params
         self._act_key: tuple | None = None
         self._act_asm: np.ndarray | None = None
+        # the step's compile (~37 s of CPU when numba's cache is cold) in a child, beside the env's in this process
+        self._background: Background | None = Background([(K.td3_update, self._update_args(True, True))])
 
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """The actor's action (``pi.act``) computed by the kernel: its weights assembled again only after they
@@ -200,19 +203,26 @@ class FusedStep:
                 self._aug = (np.zeros((0, 1), dtype=np.int64), np.zeros((0, 1), dtype=np.float32))
         return self._aug
 
-    def step(self, actor_step: bool, delayed: bool) -> dict[str, torch.Tensor]:
-        """The gradient step on the rows drawn last (``draw``)."""
+    def _update_args(self, actor_step: bool, delayed: bool) -> tuple:
         algo = self.algo
         # numpy views taken afresh: a storage may have moved since (sending a tensor through a torch
         # multiprocessing pipe moves its storage to shared memory in place, which an older view would outlive)
         f = {k: t.numpy() for k, t in self.flat.items()}
         aug_index, aug_sign = self.augmentation()
+        return (algo.buffer.storage.numpy(), self.cols, self.dims3, aug_index, aug_sign, self.idx, self.g,
+                self.eps, f["qf"], f["qt"], f["qm"], f["qv"], f["q_steps"], self.q_w, self.q_b, self.q_dims,
+                f["pf"], f["pt"], f["pm"], f["pv"], f["pi_steps"], self.p_index, self.p_sign, self.p_dims,
+                self.p_groups, self.chi, self.chi_w, self.hp, self.ln, self.kind, actor_step, delayed, self.parts,
+                self.metrics)
+
+    def step(self, actor_step: bool, delayed: bool) -> dict[str, torch.Tensor]:
+        """The gradient step on the rows drawn last (``draw``)."""
+        algo = self.algo
+        if self._background is not None:  # a cold cache: the step compiled in a child since __init__
+            self._background.wait()
+            self._background = None
         self.hp[K.LR_Q], self.hp[K.LR_PI] = algo.opt.groups[0]["lr"], algo.opt.groups[1]["lr"]  # a schedule's
-        K.td3_update(algo.buffer.storage.numpy(), self.cols, self.dims3, aug_index, aug_sign, self.idx, self.g,
-                     self.eps, f["qf"], f["qt"], f["qm"], f["qv"], f["q_steps"], self.q_w, self.q_b, self.q_dims,
-                     f["pf"], f["pt"], f["pm"], f["pv"], f["pi_steps"], self.p_index, self.p_sign, self.p_dims,
-                     self.p_groups, self.chi, self.chi_w, self.hp, self.ln, self.kind, actor_step, delayed, self.parts,
-                     self.metrics)
+        K.td3_update(*self._update_args(actor_step, delayed))
         # the writes bypassed the parameters' version counters: bumped, as FusedAdam does, so what is keyed on
         # them (GroupMLP's assembled weights for acting and for the target actor) sees the change
         increment_version(self.q_params)
