@@ -515,7 +515,9 @@ def td3_update(storage, cols, dims3, aug_index, aug_sign, idx, g, eps,
     q_scale = _clip_scale(sq[:, 0].sum(), hp[MAX_NORM])
     p_scale = _clip_scale(sq[:, 1].sum(), hp[MAX_NORM])
     q_size, q_bc2 = _adam_scalars(q_steps, hp[LR_Q], hp[BETA1], hp[BETA2])
-    p_size, p_bc2 = _adam_scalars(pi_steps, hp[LR_PI], hp[BETA1], hp[BETA2]) if actor_step else (p_scale, p_scale)
+    # the actor's step size and bias correction: only on actor steps (its step counts advance then, as torch's do)
+    no_step = (np.float32(0.0), np.float32(0.0))
+    p_size, p_bc2 = _adam_scalars(pi_steps, hp[LR_PI], hp[BETA1], hp[BETA2]) if actor_step else no_step
     for k in nb.prange(parts):
         lo, hi = k * nq // parts, (k + 1) * nq // parts
         _adam(qf, qgs[0], qm, qv, lo, hi, q_scale, q_size, q_bc2, hp[WD_Q], hp[BETA1], hp[BETA2], hp[EPS])
