@@ -118,6 +118,10 @@ class RunConfig:
     # mean (embodied/algos/ensemble.py); 1: one learner
     ensemble: int = 1
     ensemble_processes: bool = True  # a CPU learner's members each in a process of their own (one per core)
+    # own: member k stores and learns from only its own num_envs / K envs; shared: every member stores every env's
+    # transitions (one data stream, K learners on it: each as much data as a plain run, K times its updates);
+    # members still act on their own slices
+    ensemble_replay: str = "own"
     env: Any = None  # the task's config dataclass
     algo_config: Any = None  # the algorithm's config dataclass (its section is named after the algorithm)
     policy: PolicyConfig = field(default_factory=PolicyConfig)

@@ -76,7 +76,8 @@ def build(cfg: RunConfig, run_dir: Path):
     try:
         try:
             algo = algo_cls.build(cfg.algo_config, ctx) if cfg.ensemble == 1 else \
-                EnsembleAlgorithm.build_members(algo_cls, cfg.algo_config, ctx, cfg.ensemble, cfg.ensemble_processes)
+                EnsembleAlgorithm.build_members(algo_cls, cfg.algo_config, ctx, cfg.ensemble, cfg.ensemble_processes,
+                                                cfg.ensemble_replay)
         except ValueError as e:  # torch's checks of the learner's settings (a negative lr...) are the user's input
             raise UserError(f"{cfg.algo}: {e}") from None
         if cfg.init:

@@ -50,8 +50,9 @@ class EnsembleAlgorithm(Algorithm):
 
     config_cls = None
 
-    def __init__(self, members: list[Algorithm]):
+    def __init__(self, members: list[Algorithm], shared: bool = False):
         self.members = members
+        self.shared = shared  # every member observes every env's transitions
         self.paradigm = members[0].paradigm
         self.episodic = members[0].episodic
         self.remote = all(isinstance(m, RemoteLearner) for m in members)
@@ -59,17 +60,23 @@ class EnsembleAlgorithm(Algorithm):
 
     @classmethod
     def build_members(cls, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, k: int,
-                      processes: bool = True) -> EnsembleAlgorithm:
-        """``processes``: each member in a spawned process (CPU learners only); else all in this one."""
+                      processes: bool = True, replay: str = "own") -> EnsembleAlgorithm:
+        """``processes``: each member in a spawned process (CPU learners only); else all in this one. ``replay``:
+        ``own`` (member k is built for and stores its own ``num_envs / K`` envs) or ``shared`` (each member is
+        built for all the run's envs and stores all their transitions, acting on its own slice)."""
         if k < 1 or ctx.num_envs % k:
             raise UserError(f"ensemble={k} splits the run's envs evenly over its members: num_envs={ctx.num_envs} "
                             f"is not a multiple of {k}")
         if algo_cls.episodic:
             raise UserError("an ensemble of episodic-rollout learners (grpo) is not supported")
-        subs = [dataclasses.replace(ctx, num_envs=ctx.num_envs // k, seed=member_seed(ctx.seed, i),
-                                    total_steps=ctx.total_steps // k) for i in range(k)]
+        if replay not in ("own", "shared"):
+            raise UserError(f"ensemble_replay must be own or shared, got {replay!r}")
+        shared = replay == "shared"
+        part = 1 if shared else k
+        subs = [dataclasses.replace(ctx, num_envs=ctx.num_envs // part, seed=member_seed(ctx.seed, i),
+                                    total_steps=ctx.total_steps // part) for i in range(k)]
         if not processes or ctx.device.type != "cpu":
-            return cls([algo_cls.build(cfg, sub) for sub in subs])
+            return cls([algo_cls.build(cfg, sub) for sub in subs], shared)
         members = [RemoteLearner(algo_cls, cfg, sub, f"ensemble member {i}") for i, sub in enumerate(subs)]
         try:
             for m in members:
@@ -78,7 +85,7 @@ class EnsembleAlgorithm(Algorithm):
             for m in members:
                 m.close()
             raise
-        return cls(members)
+        return cls(members, shared)
 
     @property
     def num_updates(self) -> int:  # the policy version: every member updates on the same calls
@@ -110,7 +117,7 @@ class EnsembleAlgorithm(Algorithm):
     def observe(self, tr: Transition) -> None:
         n = self._size(tr.reward.shape[0])
         for k, m in enumerate(self.members):
-            m.observe(_part(tr, k, n))
+            m.observe(tr if self.shared else _part(tr, k, n))
 
     def update(self) -> dict[str, float]:
         """Every member's update (remote members: started, their previous metrics returned); metrics are the

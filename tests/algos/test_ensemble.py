@@ -110,6 +110,39 @@ def test_members_get_their_own_envs_and_seeds(tmp_path):
         twin.collector.close()
 
 
+def test_shared_replay_members_store_every_env_and_act_on_their_own(tmp_path):
+    """``ensemble_replay=shared``: each member is built for all the run's envs, stores every env's transition (the
+    same rows in every member's replay) and owes as many updates as a plain run; the action still comes from member
+    k on slice k."""
+    cfg = load_config("target", None, [*QUIET, "algo=td3", "ensemble=2", "num_envs=8", "seed=3",
+                                       "td3.warmup_steps=32", "td3.batch_size=16", "ensemble_processes=false",
+                                       "ensemble_replay=shared"])
+    (tmp_path / "run").mkdir()
+    runner = build(cfg, tmp_path / "run")
+    try:
+        algo = runner.algo
+        a, b = algo.members
+        assert algo.shared and a.num_envs == b.num_envs == 8
+        runner.start()
+        for _ in range(10):
+            obs = runner.collector.obs
+            tr = runner.collect()
+            algo.update()
+        assert a.num_observed == b.num_observed == 80 and a.num_updates == b.num_updates
+        # a plain run's count: 0.2 per env step from the batch that reaches the warm-up (rows 25-32) on
+        assert a.num_updates == int((80 - 24) * a.cfg.updates_per_step) == 11
+        assert torch.equal(a.buffer.storage[:a.buffer.size], b.buffer.storage[:b.buffer.size])
+        rows = a.buffer.storage[a.buffer.size - 8:a.buffer.size]
+        assert torch.equal(rows[:, a.buffer.slices["action"]], tr.action)
+        # past the warm-up each member acts on its own half, with its own actor (exploration noise aside)
+        assert not torch.equal(a.actor().act(obs["policy"]), b.actor().act(obs["policy"]))
+    finally:
+        runner.collector.close()
+    with pytest.raises(UserError, match="ensemble_replay must be own or shared"):
+        build(load_config("target", None, [*QUIET, "algo=td3", "ensemble=2", "num_envs=8",
+                                           "ensemble_replay=both"]), tmp_path / "bad")
+
+
 @pytest.mark.parametrize("override", ["ensemble=3", "ensemble=0"])
 def test_bad_ensemble_size(tmp_path, override):
     cfg = load_config("target", None, [*QUIET, "algo=td3", "num_envs=8", override])
