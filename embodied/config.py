@@ -111,6 +111,10 @@ class RunConfig:
     # consecutive evaluations at or above stop_success that stop the run (None: 2 below 200 evaluation
     # starts, 1 from 200 on); each evaluation draws fresh starts
     stop_passes: int | None = None
+    # when the stop rule needs more passes after a passing evaluation: now (the same policy evaluated again at once
+    # on fresh starts, until the passes are reached or one fails: the policy the run stops with has passed them
+    # all) or next (at the following periodic evaluation, a policy that trained eval_every steps more)
+    stop_confirm: str = "now"
     data: str = ""  # a recorded dataset (Minari) for offline algorithms (bc): data=PATH
     base: str = ""  # a frozen base policy for residual learners (residual-ppo/-sac): base=RUN_DIR or a bundle
     init: str = ""  # warm-start every weight of the policy from this run's latest checkpoint: init=RUN_DIR

@@ -11,16 +11,18 @@ from embodied.runtime.base import EpisodeStats
 EVAL_SEED_OFFSET = 10_000  # eval envs draw initial states from a stream the training never sees
 
 
-def eval_seed(cfg, step: int | None = None) -> int:
+def eval_seed(cfg, step: int | None = None, repeat: int = 0) -> int:
     """Initial-state seed of a run's evaluations: ``embodied eval``'s default, and with ``step`` the one of
-    the evaluation a run makes at that step. Each periodic evaluation draws its own starts: on one fixed
-    set, the first policy that happens to fly that set well would stop the run (the stop rule's two passes
-    in a row are then not two samples), and its success on starts it never saw is lower (issue 8 note)."""
+    the evaluation a run makes at that step (``repeat`` > 0: the stop rule's checks of the same policy at that
+    step, ``stop_confirm=now``). Each evaluation draws its own starts: on one fixed set, the first policy that
+    happens to fly that set well would stop the run (the stop rule's two passes in a row are then not two
+    samples), and its success on starts it never saw is lower (issue 8 note)."""
     if step is None:
         return cfg.seed + EVAL_SEED_OFFSET
     import numpy as np
 
-    return int(np.random.SeedSequence([cfg.seed, EVAL_SEED_OFFSET, step]).generate_state(1)[0])
+    key = [cfg.seed, EVAL_SEED_OFFSET, step] + ([repeat] if repeat else [])
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
 
 
 def make_eval_env(cfg, num_envs: int, device=None) -> VecEnv:

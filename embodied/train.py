@@ -40,7 +40,8 @@ def new_run_dir(cfg: RunConfig) -> Path:
 def build(cfg: RunConfig, run_dir: Path):
     """Collector, algorithm and runner of a run; names no algorithm, task or engine."""
     # the run's own counts and its stop rule's success rate (stop_passes, stop_success: null allowed)
-    for name in ("torch_threads", "ensemble", "num_envs", "total_steps", "stop_passes", "stop_success"):
+    for name in ("torch_threads", "ensemble", "ensemble_replay", "num_envs", "total_steps", "stop_passes",
+                 "stop_success", "stop_confirm"):
         check_value(name, getattr(cfg, name), RUN[name])
     check_settings("log", cfg.log, RUN)
     torch.set_num_threads(cfg.torch_threads)

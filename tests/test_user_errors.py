@@ -241,8 +241,10 @@ def test_symmetry_misconfiguration(user_error, tmp_path, task, overrides, words)
 # ---- inputs a new user tried (issue 8): each one line, and no run directory left behind ----------------
 @pytest.mark.parametrize("override,word", [
     ("sim_device=tpu", "tpu"), ("learner_device=tpu", "tpu"), ("policy.actor_hidden=[1,2", "actor_hidden"),
-    ("ppo.lr=-1", "ppo.lr"), ("stop_passes=0", "stop_passes"),
-], ids=["sim-device", "learner-device", "unclosed-list", "negative-lr", "stop-passes"])
+    ("ppo.lr=-1", "ppo.lr"), ("stop_passes=0", "stop_passes"), ("stop_confirm=later", "stop_confirm"),
+    ("ensemble_replay=all", "ensemble_replay"),
+], ids=["sim-device", "learner-device", "unclosed-list", "negative-lr", "stop-passes", "stop-confirm",
+        "ensemble-replay"])
 def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     line = user_error([*TRAIN, "--run-dir", str(tmp_path / "r"), override])
     assert word in line

@@ -84,6 +84,7 @@ RUN = _rules(  # the run's own settings (RunConfig and its log section)
     rate=(RATE, ("stop_success",)),
     choice=(("eval or model", lambda v: v in ("eval", "model")), ("keep_best_by",)),
     replay=(("own or shared", lambda v: v in ("own", "shared")), ("ensemble_replay",)),
+    confirm=(("now or next", lambda v: v in ("now", "next")), ("stop_confirm",)),
 )
 
 

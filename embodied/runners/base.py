@@ -105,16 +105,33 @@ class Runner:
         self.logger.log(self.step, row)
 
     def run_eval(self) -> bool:
+        """The periodic evaluation; True when the stop rule is met. With ``stop_confirm=now`` a pass that the rule
+        needs repeated is checked again at once, on the same policy and fresh starts."""
         if self._eval_env is None:
             self._eval_env = self.make_eval_env()
         actor = self.algo.actor()
         was_training = actor.training
         actor.eval()
+        try:
+            repeat = 0
+            while True:
+                if self._judge_eval(actor, self._evaluate(actor, repeat)):
+                    return True
+                if self.cfg.stop_confirm != "now" or self.eval_passes == 0:
+                    return False
+                repeat += 1
+        finally:
+            actor.train(was_training)
+
+    def _evaluate(self, actor, repeat: int) -> dict[str, float]:
         # a policy with per-env state (a chunk queue) restarts it here and again when the rollouts go on
-        result = evaluate(actor.act, self._eval_env, seed=eval_seed(self.cfg, self.step),
+        result = evaluate(actor.act, self._eval_env, seed=eval_seed(self.cfg, self.step, repeat),
                           learner_device=self.cfg.learner_device, reset=partial(reset_policy, actor))
         reset_policy(actor)
-        actor.train(was_training)
+        return result
+
+    def _judge_eval(self, actor, result: dict[str, float]) -> bool:
+        """Logs ``result`` and counts it toward the stop rule; True when the rule is met."""
         self.last_eval = result
         self.logger.log(self.step, {**result, "time/train_s": self.train_time})
         if self.cfg.log.keep_best:
