@@ -106,20 +106,26 @@ class Runner:
 
     def run_eval(self) -> bool:
         """The periodic evaluation; True when the stop rule is met. With ``stop_confirm=now`` a pass that the rule
-        needs repeated is checked again at once, on the same policy and fresh starts."""
+        needs repeated is confirmed at once on the same policy, by evaluations of ``STRICT_EPISODES`` fresh starts
+        in all (pooled), each confirmation counting as one more pass."""
         if self._eval_env is None:
             self._eval_env = self.make_eval_env()
         actor = self.algo.actor()
         was_training = actor.training
         actor.eval()
         try:
-            repeat = 0
-            while True:
-                if self._judge_eval(actor, self._evaluate(actor, repeat)):
-                    return True
-                if self.cfg.stop_confirm != "now" or self.eval_passes == 0:
-                    return False
-                repeat += 1
+            stop = self._judge_eval(actor, self._evaluate(actor, 0))
+            repeat = 1
+            while not stop and self.cfg.stop_confirm == "now" and self.eval_passes > 0:
+                results = []
+                while len(results) * self.cfg.log.eval_episodes < STRICT_EPISODES:
+                    results.append(self._evaluate(actor, repeat))
+                    repeat += 1
+                # equal-sized evaluations: the pooled means are the means' mean (spreads are not pooled here)
+                pooled = {k: sum(r[k] for r in results) / len(results) for k in results[0] if not k.endswith("_std")}
+                stop = self._judge_eval(actor, {**pooled, "eval/confirm_episodes": float(
+                    len(results) * self.cfg.log.eval_episodes)})
+            return stop
         finally:
             actor.train(was_training)
 

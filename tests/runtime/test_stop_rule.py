@@ -1,7 +1,7 @@
 """The stop rule of ``stop_success``: with evaluations of fewer than 200 starts, two in a row must pass
 (one 100-start evaluation passes by luck too often); an evaluation of 200 or more decides alone. With
-``stop_confirm=now`` (the default) a pass the rule needs repeated is evaluated again at once on the same policy; with
-``next`` at the following periodic evaluation."""
+``stop_confirm=now`` a pass the rule needs repeated is confirmed at once on the same policy by 200 more fresh starts
+(pooled); with ``next`` (the default) at the following periodic evaluation."""
 
 from __future__ import annotations
 
@@ -31,11 +31,12 @@ class _Algo:
     (200, None, "next", [0.50, 0.96], 1, 2),
     (100, None, "next", [0.5, float(torch.tensor(95 / 100, dtype=torch.float32)), 0.95], 2, 3),  # 95 of 100 in float32
     (200, 2, "next", [0.96, 0.5, 0.96, 0.96], 3, 4),  # stop_passes overrides the default
-    # now: call 0 passes and its repeat fails; call 1 passes and its repeat passes
-    (100, None, "now", [0.96, 0.50, 0.96, 0.97, 0.99], 1, 4),
-    (100, None, "now", [0.94, 0.95, 0.95], 1, 3),
-    (200, None, "now", [0.50, 0.96], 1, 2),  # one pass is enough: nothing repeated
-    (200, 3, "now", [0.96, 0.96, 0.5, 0.97, 0.96, 0.95], 1, 6),
+    # now: a pass is confirmed at once by 200 more starts, pooled (here two 100-start evaluations)
+    (100, None, "now", [0.96, 0.50, 0.50, 0.96, 0.97, 0.95], 1, 6),
+    (100, None, "now", [0.94, 0.95, 0.99, 0.92], 1, 4),  # 0.92 alone fails; the pooled 0.955 passes
+    (100, None, "now", [0.96, 0.99, 0.90, 0.50, 0.97, 0.95, 0.95], 2, 7),  # pooled 0.945 does not pass
+    (200, None, "now", [0.50, 0.96], 1, 2),  # one pass is enough: nothing confirmed
+    (200, 3, "now", [0.96, 0.96, 0.5, 0.97, 0.96, 0.95], 1, 6),  # 200-start evaluations: one each confirmation
 ])
 def test_stop_needs_two_passes_in_a_row_below_200_starts(tmp_path, monkeypatch, episodes, passes, confirm, successes,
                                                          stops_at, evaluations):
