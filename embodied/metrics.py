@@ -69,14 +69,17 @@ class MetricsLogger:
                 self.writer.add_scalar(k, v, step)
         return row
 
+    def due(self, force: bool = False) -> bool:
+        """Whether ``show`` would print now: a terminal gets one rewritten line twice a second, a log file a new
+        line every 10 s (callers skip computing what a skipped line would show)."""
+        every = 0.5 if sys.stderr.isatty() else 10.0
+        return self.progress and (force or time.monotonic() - self._last_print >= every)
+
     def show(self, step: int, sps: float, ret: float | None, success: float | None, force: bool = False) -> None:
         """Live progress: steps/s, return, success, ETA (one rewritten line on a terminal)."""
-        now = time.monotonic()
-        # a terminal gets one rewritten line twice a second; a log file a new line every 10 s
-        every = 0.5 if sys.stderr.isatty() else 10.0
-        if not self.progress or (not force and now - self._last_print < every):
+        if not self.due(force):
             return
-        self._last_print = now
+        self._last_print = time.monotonic()
         eta = (self.total_steps - step) / sps if sps > 0 else float("inf")
         parts = [f"step {step:>9,}/{self.total_steps:,}", f"{sps:,.0f} steps/s"]
         if ret is not None:

@@ -72,7 +72,8 @@ class Runner:
             stop = self.run_eval()
         if log.checkpoint_every and self._due("ckpt", log.checkpoint_every):
             self.checkpoint()
-        self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"), self.last_eval.get("eval/success"))
+        if self.logger.due():
+            self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"), self.last_eval.get("eval/success"))
         self._t_start = time.perf_counter()
         return stop or self.step >= self.cfg.total_steps
 
