@@ -7,7 +7,13 @@ of 20 runs flies 92-98% and the union 98.75%; the action mean of 5 runs flies 97
 snapshots of one run, or one actor over three twin critics, do not lift it (notes of stops 35-36). Members share
 nothing: on a CPU learner each lives in a process of its own (``algos/remote.py``), so K members update on K cores
 at once; otherwise (a CUDA learner, or ``ensemble_processes=false``) they update one after another in the run's
-process."""
+process.
+
+``ensemble_replay=shared``: every member stores every env's transitions (one data stream, K learners on it), so each
+has a plain run's data and updates, at K times the compute. Measured on quadrotor-hover with domain randomization
+(4 members, seeds 0-9, closing note of stop 51): the members fly as their action mean does (median 0.936 against
+0.935 on 2000 randomized starts): on one replay they converge to one policy, and the lift of independent runs comes
+from their own data, not their own initializations."""
 
 from __future__ import annotations
 
