@@ -113,7 +113,7 @@ class RunConfig:
     stop_passes: int | None = None
     # when the stop rule needs more passes after a passing evaluation: next (at the following periodic evaluation, a
     # policy that trained eval_every steps more) or now (the same policy confirmed at once on 200 more fresh starts,
-    # pooled). quadrotor-hover seeds 0-9: now stops at a median 55k env steps against 70k (process wall 15-16 s
+    # pooled). quadrotor-hover seeds 0-9: now stops at a median 60k env steps against 70k (process wall 15-16 s
     # against 18.8 s) but ships weaker policies: 0.963 against 0.971 mean success on 2000 strict starts, seed 2 at
     # 0.928 (closing note of stop 51)
     stop_confirm: str = "next"

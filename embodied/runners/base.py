@@ -73,7 +73,8 @@ class Runner:
         if log.checkpoint_every and self._due("ckpt", log.checkpoint_every):
             self.checkpoint()
         if self.logger.due():
-            self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"), self.last_eval.get("eval/success"))
+            self.logger.show(self.step, self.steps_per_s, self._recent_mean("return"),
+                             self.last_eval.get("eval/success"))
         self._t_start = time.perf_counter()
         return stop or self.step >= self.cfg.total_steps
 
