@@ -78,7 +78,7 @@ def build(cfg: RunConfig, run_dir: Path):
         try:
             algo = algo_cls.build(cfg.algo_config, ctx) if cfg.ensemble == 1 else \
                 EnsembleAlgorithm.build_members(algo_cls, cfg.algo_config, ctx, cfg.ensemble, cfg.ensemble_processes,
-                                                cfg.ensemble_replay)
+                                                cfg.ensemble_replay == "shared")
         except ValueError as e:  # torch's checks of the learner's settings (a negative lr...) are the user's input
             raise UserError(f"{cfg.algo}: {e}") from None
         if cfg.init:

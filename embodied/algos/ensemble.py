@@ -66,18 +66,15 @@ class EnsembleAlgorithm(Algorithm):
 
     @classmethod
     def build_members(cls, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext, k: int,
-                      processes: bool = True, replay: str = "own") -> EnsembleAlgorithm:
-        """``processes``: each member in a spawned process (CPU learners only); else all in this one. ``replay``:
-        ``own`` (member k is built for and stores its own ``num_envs / K`` envs) or ``shared`` (each member is
-        built for all the run's envs and stores all their transitions, acting on its own slice)."""
+                      processes: bool = True, shared: bool = False) -> EnsembleAlgorithm:
+        """``processes``: each member in a spawned process (CPU learners only); else all in this one. ``shared``
+        (``ensemble_replay=shared``): each member is built for all the run's envs and stores all their transitions,
+        acting on its own slice; else member k is built for and stores its own ``num_envs / K`` envs."""
         if k < 1 or ctx.num_envs % k:
             raise UserError(f"ensemble={k} splits the run's envs evenly over its members: num_envs={ctx.num_envs} "
                             f"is not a multiple of {k}")
         if algo_cls.episodic:
             raise UserError("an ensemble of episodic-rollout learners (grpo) is not supported")
-        if replay not in ("own", "shared"):
-            raise UserError(f"ensemble_replay must be own or shared, got {replay!r}")
-        shared = replay == "shared"
         part = 1 if shared else k
         subs = [dataclasses.replace(ctx, num_envs=ctx.num_envs // part, seed=member_seed(ctx.seed, i),
                                     total_steps=ctx.total_steps // part) for i in range(k)]
