@@ -48,6 +48,9 @@ FLOORS: dict[str, float] = {
     # grpo (binary success, groups of 8, lr 3e-3, temperature 1) on point-reach, 120k steps, the deterministic
     # policy on 128 starts; untrained it scores about 0.02; seeds 0 and 1 reached 0.84 and 1.0 (issue 13)
     "grpo_point_reach_success": 0.7,
+    # filtered-bc (successful rollouts at temperature 1 cloned, 200 steps a rollout, lr 1e-3) on point-reach from
+    # scratch, 30k steps, the deterministic policy on 128 starts; seed 0 reached 1.0 at 20k (issue 13)
+    "filtered_bc_point_reach_success": 0.8,
     # the VLA (state input, 256-bin tokens) cloned from 40 expert episodes of point-reach-language, 400 steps;
     # seed 0 reached 0.89 (64 episodes; issue 13)
     "bc_vla_point_reach_language_success": 0.75,

@@ -11,11 +11,14 @@ from embodied.core.pixels import PixelPacker
 
 class DemoLoss:
     """Minibatches of a recorded dataset and the policy's cloning loss on them: its own ``bc_loss`` where it has one
-    (the VLA's cross-entropy on bins), else the action MSE of its deterministic output."""
+    (the VLA's cross-entropy on bins), else the action MSE of its deterministic output.
+
+    With ``capacity`` > 0 it is also a pool that grows: ``extend`` adds episodes (a learner's own, e.g. the successful
+    rollouts of filtered BC) to a ring of the newest ``capacity`` steps kept beside the dataset, and minibatches are
+    drawn uniformly over both."""
 
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
-                 what: str, layout=None):
-        from embodied.algos.bc import chunk_targets
+                 what: str, layout=None, capacity: int = 0):
         from embodied.datasets import read_transitions
 
         if not path:
@@ -27,15 +30,86 @@ class DemoLoss:
             raise UserError(f"the dataset {path} has {data['state'].shape[1]} observation entries per step; the task "
                             f"has {obs_dim}")
         episode = torch.cumsum(data["initial"].long(), 0) - 1
-        target = chunk_targets(data["action"].clamp(-1.0, 1.0), episode, getattr(policy, "horizon", 1))
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity)
+        self.obs = self.packer.pack(data["state"].to(device))
+        self.target = self._targets(data["action"].to(device), episode.to(device))
+
+    @classmethod
+    def empty(cls, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int, layout=None,
+              capacity: int = 1) -> DemoLoss:
+        """A pool without demonstrations, filled by ``extend`` alone."""
+        self = cls.__new__(cls)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity)
+        self.obs = self.packer.pack(torch.zeros(0, obs_dim, device=device))
+        self.target = torch.zeros(0, self.horizon, 0, device=device)
+        return self
+
+    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity) -> None:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
-        self.obs, self.target = self.packer.pack(data["state"].to(device)), target.to(device)
-        self.batch_size = batch_size
+        self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
+        self.ring: dict[str, torch.Tensor] = {}  # the added steps' packed observations and "target", [capacity, ...]
+        self.filled = 0  # rows of the ring in use
+        self.added = 0  # steps ever added (the next row written is added % capacity)
+
+    def _targets(self, action: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
+        from embodied.algos.bc import chunk_targets
+
+        return chunk_targets(action.clamp(-1.0, 1.0), episode, self.horizon)
+
+    @property
+    def size(self) -> int:
+        """Steps minibatches are drawn from: the dataset's and the added ones kept."""
+        return self.target.shape[0] + self.filled
+
+    @torch.no_grad()
+    def extend(self, obs: dict[str, torch.Tensor], action: torch.Tensor, episode: torch.Tensor) -> None:
+        """Adds steps: ``obs`` packed as the packer packs them, ``action [M, act_dim]``, ``episode [M]`` (each step's
+        episode, episodes contiguous); past ``capacity`` the oldest added steps are overwritten."""
+        if self.capacity < 1:
+            raise ValueError("this DemoLoss was built without a capacity for added steps")
+        change = torch.ones_like(episode, dtype=torch.long)
+        change[1:] = (episode[1:] != episode[:-1]).long()
+        rows = {**obs, "target": self._targets(action, change.cumsum(0) - 1)}  # episodes numbered 0, 1, ...
+        m = rows["target"].shape[0]
+        if m > self.capacity:  # only the newest capacity steps could stay
+            rows, m = {k: v[-self.capacity:] for k, v in rows.items()}, self.capacity
+        if not self.ring:
+            self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                         for k, v in rows.items()}
+        at = (self.added + torch.arange(m, device=rows["target"].device)) % self.capacity
+        for k, v in rows.items():
+            self.ring[k][at] = v
+        self.added += m
+        self.filled = min(self.capacity, self.filled + m)
+
+    def sample(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """A minibatch ``(obs, target)`` drawn uniformly over the dataset's and the added steps."""
+        n_data = self.target.shape[0]
+        j = torch.randint(self.size, (self.batch_size,), generator=generator, device=generator.device)
+        if not self.filled:
+            return self.packer.unpack_rows(self.obs, j), self.target[j]
+        if not n_data:
+            return self.packer.unpack_rows(self.ring, j), self.ring["target"][j]
+        ring = j >= n_data
+        j_data, j_ring = j[~ring], j[ring] - n_data
+        obs = torch.cat([self.packer.unpack_rows(self.obs, j_data), self.packer.unpack_rows(self.ring, j_ring)])
+        return obs, torch.cat([self.target[j_data], self.ring["target"][j_ring]])
 
     def __call__(self, policy: torch.nn.Module, generator: torch.Generator) -> torch.Tensor:
-        j = torch.randint(self.target.shape[0], (self.batch_size,), generator=generator, device=self.target.device)
-        obs = self.packer.unpack_rows(self.obs, j)
+        obs, target = self.sample(generator)
         if hasattr(policy, "bc_loss"):
-            return policy.bc_loss(obs, self.target[j])
-        return ((policy(obs) - self.target[j][:, 0]) ** 2).mean()
+            return policy.bc_loss(obs, target)
+        return ((policy(obs) - target[:, 0]) ** 2).mean()
+
+    def state_dict(self) -> dict:
+        """The added steps (the dataset is read again from its path)."""
+        return {"ring": {k: v[:self.filled] for k, v in self.ring.items()}, "filled": self.filled, "added": self.added}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ring, self.filled, self.added = {}, int(state["filled"]), int(state["added"])
+        if self.filled:
+            self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                         for k, v in state["ring"].items()}
+            for k, v in state["ring"].items():
+                self.ring[k][:self.filled] = v

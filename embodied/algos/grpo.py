@@ -68,25 +68,16 @@ def clipped_objective(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advant
     return torch.minimum(ratio * advantage, ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantage)
 
 
-class GRPO(Algorithm):
+class SuccessRollouts(Algorithm):
+    """Episodic rollouts scored by success, the collecting half of the learners that learn from whole episodes' binary
+    outcome (GRPO, filtered BC): every rollout starts the envs in groups of ``cfg.group_size`` that share one initial
+    state exactly (per-env seeds), plays one episode per env at ``cfg.temperature`` and records each step (camera
+    entries packed as uint8), whether it belongs to its env's first episode, and each episode's success."""
+
     paradigm = ON_POLICY
-    config_cls = GRPOConfig
     episodic = True
 
-    @classmethod
-    def build(cls, cfg: GRPOConfig, ctx: BuildContext) -> GRPO:
-        if not isinstance(ctx.action_space, gym.spaces.Box):
-            raise UserError("grpo needs continuous (Box) actions")
-        if cfg.group_size < 2 or ctx.num_envs % cfg.group_size:
-            raise UserError(f"grpo: group_size >= 2 must divide num_envs; got group_size {cfg.group_size}, "
-                            f"num_envs {ctx.num_envs}")
-        if not ctx.success_metric:
-            raise UserError("grpo rewards success: the task must report one (TaskSpec.success_metric)")
-        if cfg.temperature <= 0 or cfg.clip_low < 0 or cfg.clip_high < 0 or cfg.minibatch_tokens < 1:
-            raise UserError("grpo: temperature > 0, clip_low and clip_high >= 0, minibatch_tokens >= 1")
-        return cls(cfg, ctx)
-
-    def __init__(self, cfg: GRPOConfig, ctx: BuildContext):
+    def __init__(self, cfg, ctx: BuildContext):
         self.cfg, self.device = cfg, torch.device(ctx.device)
         self.num_envs, self.success_key = ctx.num_envs, ctx.success_metric
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
@@ -101,22 +92,24 @@ class GRPO(Algorithm):
         self.pi.to(self.device)
         # rollouts keep camera entries as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), the rest as floats
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
-        self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(ctx.seed)
         self.seed_generator = torch.Generator().manual_seed(ctx.seed + 7919)  # the groups' initial states
-        self.batch_groups = cfg.batch_groups or ctx.num_envs // cfg.group_size
-        self.demos = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.bc_batch_size, "grpo.bc_coef",
-                              ctx.layout) \
-            if cfg.bc_coef > 0 else None
         self._new_rollout()
-        self.pending: list[dict[str, torch.Tensor]] = []  # kept groups' steps, waiting for an update
-        self.fill_rollouts = 0
-        self._kept_groups = 0  # mixed-outcome groups in ``pending``
-        self.num_updates = 0
-        self._rollout_log: dict[str, float] = {}
 
-    # ---- rollouts ----------------------------------------------------------------------------------
+    @staticmethod
+    def check(name: str, ctx: BuildContext, group_size: int, temperature: float, min_group: int = 2) -> None:
+        """One clear line for settings the rollouts cannot run with."""
+        if not isinstance(ctx.action_space, gym.spaces.Box):
+            raise UserError(f"{name} needs continuous (Box) actions")
+        if group_size < min_group or ctx.num_envs % group_size:
+            raise UserError(f"{name}: group_size >= {min_group} must divide num_envs; got group_size {group_size}, "
+                            f"num_envs {ctx.num_envs}")
+        if not ctx.success_metric:
+            raise UserError(f"{name} rewards success: the task must report one (TaskSpec.success_metric)")
+        if not temperature > 0:
+            raise UserError(f"{name}: temperature > 0, got {temperature}")
+
     @property
     def rollout_length(self) -> int:
         return 1_000_000  # the runner ends an episodic rollout once every env has finished an episode
@@ -133,7 +126,7 @@ class GRPO(Algorithm):
         self.success = torch.zeros(self.num_envs, device=self.device)
 
     def dist(self, obs: torch.Tensor):
-        """The tempered policy the rollouts sample from and the ratio is taken under."""
+        """The tempered policy the rollouts sample from (and GRPO's ratio is taken under)."""
         t = self.cfg.temperature
         if hasattr(self.pi, "dist_from"):
             return self.pi.dist(obs, t)
@@ -155,15 +148,62 @@ class GRPO(Algorithm):
         if bool(done.any()):
             outcome = (tr.outcome or {}).get(self.success_key)
             if outcome is None:
-                raise UserError(f"grpo: the task reported no {self.success_key!r} outcome at an episode's end")
+                raise UserError(f"{self.name}: the task reported no {self.success_key!r} outcome at an episode's end")
             self.success = torch.where(done, (outcome > 0.5).float(), self.success)
             self.ended |= done
+
+    def take_steps(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The rollout's recorded steps as columns ``[T, N, ...]`` and their ``valid`` mask ``[T, N]``; the rollout's
+        step list is emptied."""
+        cols = {k: torch.stack([step[k] for step in self.steps]) for k in self.steps[0]}
+        self.steps = []
+        return cols, cols.pop("valid")
+
+    def rollout_log(self, valid: torch.Tensor) -> dict[str, float]:
+        return {f"{self.name}/rollout_success": float(self.success[self.ended].mean()) if self.ended.any() else 0.0,
+                f"{self.name}/episode_steps": float(valid.sum())}
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def rollout_state(self) -> dict:
+        return {"pi": self.pi.state_dict(), "generator": self.generator.get_state(),
+                "seed_generator": self.seed_generator.get_state()}
+
+    def load_rollout_state(self, state: Mapping) -> None:
+        self.pi.load_state_dict(state["pi"])
+        self.generator.set_state(state["generator"])
+        self.seed_generator.set_state(state["seed_generator"])
+
+
+class GRPO(SuccessRollouts):
+    name = "grpo"
+    config_cls = GRPOConfig
+
+    @classmethod
+    def build(cls, cfg: GRPOConfig, ctx: BuildContext) -> GRPO:
+        cls.check("grpo", ctx, cfg.group_size, cfg.temperature)
+        if cfg.clip_low < 0 or cfg.clip_high < 0 or cfg.minibatch_tokens < 1:
+            raise UserError("grpo: clip_low and clip_high >= 0, minibatch_tokens >= 1")
+        return cls(cfg, ctx)
+
+    def __init__(self, cfg: GRPOConfig, ctx: BuildContext):
+        super().__init__(cfg, ctx)
+        obs_dim = ctx.obs_space["policy"].shape[0]
+        self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
+        self.batch_groups = cfg.batch_groups or ctx.num_envs // cfg.group_size
+        self.demos = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.bc_batch_size, "grpo.bc_coef",
+                              ctx.layout) \
+            if cfg.bc_coef > 0 else None
+        self.pending: list[dict[str, torch.Tensor]] = []  # kept groups' steps, waiting for an update
+        self.fill_rollouts = 0
+        self._kept_groups = 0  # mixed-outcome groups in ``pending``
+        self.num_updates = 0
 
     def close_rollout(self) -> dict[str, float]:
         adv, keep = group_advantages(self.success, self.cfg.group_size)
         keep &= self.ended  # an episode cut short by the rollout's end has no outcome
-        cols = {k: torch.stack([step[k] for step in self.steps]) for k in self.steps[0]}  # [T, N, ...]
-        valid = cols.pop("valid")
+        cols, valid = self.take_steps()
         mask = valid & keep[None]
         if bool(mask.any()):
             self.pending.append({**{k: v[mask] for k, v in cols.items()},
@@ -171,10 +211,8 @@ class GRPO(Algorithm):
         g = self.cfg.group_size
         self._kept_groups += int(keep.sum()) // g
         self.fill_rollouts += 1
-        self.steps = []
-        return {"grpo/rollout_success": float(self.success[self.ended].mean()) if self.ended.any() else 0.0,
-                "grpo/mixed_groups": float(int(keep.sum()) // g), "grpo/groups": float(self.num_envs // g),
-                "grpo/episode_steps": float(valid.sum())}
+        return {**self.rollout_log(valid), "grpo/mixed_groups": float(int(keep.sum()) // g),
+                "grpo/groups": float(self.num_envs // g)}
 
     # ---- learning ----------------------------------------------------------------------------------
     def _take_batch(self) -> tuple[dict[str, torch.Tensor] | None, int]:
@@ -251,20 +289,14 @@ class GRPO(Algorithm):
         self.pi.zero_grad(set_to_none=True)
         return grad, kept
 
-    def actor(self) -> nn.Module:
-        return self.pi
-
     def state_dict(self) -> dict:
-        return {"pi": self.pi.state_dict(), "opt": self.opt.state_dict(), "generator": self.generator.get_state(),
-                "seed_generator": self.seed_generator.get_state(), "pending": self.pending,
+        return {**self.rollout_state(), "opt": self.opt.state_dict(), "pending": self.pending,
                 "fill_rollouts": self.fill_rollouts, "kept_groups": self._kept_groups,
                 "num_updates": self.num_updates}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.pi.load_state_dict(state["pi"])
+        self.load_rollout_state(state)
         self.opt.load_state_dict(state["opt"])
-        self.generator.set_state(state["generator"])
-        self.seed_generator.set_state(state["seed_generator"])
         self.pending = list(state["pending"])
         self.fill_rollouts, self._kept_groups = int(state["fill_rollouts"]), int(state["kept_groups"])
         self.num_updates = int(state["num_updates"])

@@ -7,6 +7,8 @@
 - ``residual-sac{k}``: ``embodied train algo=residual-sac base=BC_RUN`` (a residual over the frozen clone, 16 envs);
 - ``residual-ppo{k}``: ``embodied train algo=residual-ppo base=BC_RUN`` (ResiP's residual PPO, 64 envs);
 - ``residual-td3{k}``: ``embodied train algo=residual-td3 base=BC_RUN`` (pick-place's residual recipe, 16 envs);
+- ``filtered-bc{k}``: ``embodied train algo=filtered-bc init=BC_RUN`` (success-filtered self-imitation; with
+  ``--rl-set data=DEMOS`` the demonstrations stay in its pool);
 
 each scored by ``embodied eval --episodes 130`` (10 per task in expectation; per-task and per-group success), the
 BC runs also on the held-out paraphrases (``env.phrasing=heldout``). Observations: ``--observation state`` (the
@@ -50,6 +52,9 @@ RL = {"grpo": ["algo=grpo", "num_envs=64", "grpo.group_size=8", "grpo.batch_grou
       "residual-td3": ["algo=residual-td3", "num_envs=16", "policy.critic_layer_norm=true",
                        "residual-td3.deploy_average=true", "residual-td3.average_tau=0.0005", "log.eval_every=50000",
                        "log.eval_episodes=65"],
+      # success-filtered BC from the clone: its successful rollouts (temperature 1) join the demonstrations, 200
+      # cloning steps after every rollout (give the demonstrations with --rl-set data=DEMOS)
+      "filtered-bc": ["algo=filtered-bc", "num_envs=64", "log.eval_every=50000", "log.eval_episodes=65"],
       # residual PPO (ResiP's settings, issue 12's learner): a small Gaussian residual over the frozen clone
       "residual-ppo": ["algo=residual-ppo", "num_envs=64", "log.eval_every=50000", "log.eval_episodes=65"]}
 

@@ -1,0 +1,106 @@
+"""Success-filtered behaviour cloning (self-imitation; rejection-sampling fine-tuning, as LLM and VLA RL call it): RL
+with a binary success reward by supervised learning. Every rollout plays one episode per env from fresh starts,
+sampling its actions at ``temperature``; the steps of the episodes that succeeded join a pool (beside the
+demonstrations of ``data=PATH``, when given), and ``grad_steps`` gradient steps of the policy's own cloning loss
+follow on minibatches drawn uniformly from the pool. This is the EM form of policy search with a 0/1 return
+(reward-weighted regression with weights 0 and 1): each update fits the policy to the actions that led to success,
+so the policy moves towards what worked, with the low variance of a supervised loss where GRPO's policy gradient
+carries the score function's noise.
+
+The pool keeps the newest ``capacity`` rollout steps (the demonstrations are always kept). Typical use, from a clone:
+``embodied train algo=filtered-bc init=BC_RUN data=DEMOS``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from embodied.algos.base import BuildContext
+from embodied.algos.cotrain import DemoLoss
+from embodied.algos.grpo import SuccessRollouts, group_advantages
+from embodied.core.errors import UserError
+from embodied.core.registry import ALGOS
+
+
+@dataclass
+class FilteredBCConfig:
+    group_size: int = 1  # envs per shared start (1: every env its own start)
+    temperature: float = 1.0  # rollout sampling temperature on the policy's own noise
+    lr: float = 1e-4
+    weight_decay: float = 1e-4
+    batch_size: int = 256
+    grad_steps: int = 200  # gradient steps after every rollout
+    capacity: int = 200_000  # rollout steps the pool keeps (newest first), beside the demonstrations
+    max_grad_norm: float = 1.0
+    # which successful episodes join the pool: won (every one) or mixed (only those of groups where another episode
+    # from the same start failed: the starts the policy has not mastered; needs group_size >= 2)
+    keep: str = "won"
+
+
+class FilteredBC(SuccessRollouts):
+    name = "filtered-bc"
+    config_cls = FilteredBCConfig
+
+    @classmethod
+    def build(cls, cfg: FilteredBCConfig, ctx: BuildContext) -> FilteredBC:
+        cls.check("filtered-bc", ctx, cfg.group_size, cfg.temperature, min_group=1)
+        if cfg.batch_size < 1 or cfg.grad_steps < 0 or cfg.capacity < 1 or not cfg.lr > 0:
+            raise UserError("filtered-bc: batch_size >= 1, grad_steps >= 0, capacity >= 1 and lr > 0")
+        if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
+            raise UserError(f"filtered-bc.keep is won or mixed (mixed needs group_size >= 2); got {cfg.keep!r} with "
+                            f"group_size {cfg.group_size}")
+        return cls(cfg, ctx)
+
+    def __init__(self, cfg: FilteredBCConfig, ctx: BuildContext):
+        super().__init__(cfg, ctx)
+        obs_dim = ctx.obs_space["policy"].shape[0]
+        self.opt = torch.optim.AdamW(self.pi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
+                             capacity=cfg.capacity) if ctx.data else \
+            DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity)
+        self.num_updates = 0
+
+    def close_rollout(self) -> dict[str, float]:
+        """The successful episodes' steps (each episode contiguous) into the pool."""
+        cols, valid = self.take_steps()
+        won = self.ended & (self.success > 0.5)
+        if self.cfg.keep == "mixed":
+            won &= group_advantages(self.success, self.cfg.group_size)[1]
+        mask = (valid & won[None]).T  # [N, T]: env-major, so each episode's steps stay together
+        if bool(mask.any()):
+            rows = {k: v.transpose(0, 1)[mask] for k, v in cols.items() if k not in ("action", "log_prob")}
+            episode = torch.arange(self.num_envs, device=self.device)[:, None].expand_as(mask)[mask]
+            self.pool.extend(rows, cols["action"].transpose(0, 1)[mask], episode)
+        return {**self.rollout_log(valid), "filtered-bc/won_episodes": float(won.sum()),
+                "filtered-bc/pool_steps": float(self.pool.size), "filtered-bc/rollout_steps": float(self.pool.added)}
+
+    def update(self) -> dict[str, float]:
+        log = self.close_rollout()
+        if self.pool.size == 0 or self.cfg.grad_steps == 0:
+            return log
+        total = 0.0
+        for _ in range(self.cfg.grad_steps):
+            loss = self.pool(self.pi, self.generator)
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)
+            self.opt.step()
+            total += float(loss.detach())
+        self.num_updates += 1
+        return {**log, "filtered-bc/loss": total / self.cfg.grad_steps}
+
+    def state_dict(self) -> dict:
+        return {**self.rollout_state(), "opt": self.opt.state_dict(), "pool": self.pool.state_dict(),
+                "num_updates": self.num_updates}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.load_rollout_state(state)
+        self.opt.load_state_dict(state["opt"])
+        self.pool.load_state_dict(state["pool"])
+        self.num_updates = int(state["num_updates"])
+
+
+ALGOS.register("filtered-bc", FilteredBC)

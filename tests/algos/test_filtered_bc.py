@@ -1,0 +1,112 @@
+"""Filtered BC: only successful episodes join the pool (contiguous, exact), the pool's ring and sampling, resume, user
+errors, and learning."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import embodied
+from embodied.config import load_config
+from embodied.train import train
+from tests.floors import FLOORS
+
+
+def _ctx(num_envs=4, data=""):
+    from embodied.algos.base import BuildContext
+    from embodied.config import PolicyConfig
+
+    env = embodied.make_env("point-reach", num_envs=num_envs, seed=0)
+    return BuildContext(env.single_observation_space, env.single_action_space, num_envs, torch.device("cpu"), 0, 1000,
+                        PolicyConfig(actor_hidden=[16]), success_metric="success", data=data)
+
+
+def _fbc(**overrides):
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+
+    return FilteredBC(FilteredBCConfig(**overrides), _ctx())
+
+
+def _rollout(algo, ends, outcomes, length=4):
+    """One episodic rollout: env i's observation at step t is ``[i, t, 0, 0]``, its first episode ends at step
+    ``ends[i]`` with ``outcomes[i]``; later steps of an env belong to its next episode (not recorded)."""
+    from embodied.algos.base import Transition
+
+    algo.rollout_starts()
+    for t in range(length):
+        obs = {"policy": torch.tensor([[i, t, 0.0, 0.0] for i in range(4)])}
+        action, extras = algo.act(obs)
+        done = torch.tensor([t == e for e in ends])
+        algo.observe(Transition(obs, action, torch.zeros(4), done, torch.zeros(4, dtype=torch.bool), obs, extras,
+                                outcome={"success": torch.tensor(outcomes, dtype=torch.float32)}))
+    return algo.update()
+
+
+def test_only_successful_episodes_join_the_pool_each_one_contiguous():
+    algo = _fbc(grad_steps=0)
+    out = _rollout(algo, ends=[1, 3, 2, 0], outcomes=[1, 0, 1, 1])
+    # env 0: steps 0-1, env 2: steps 0-2, env 3: step 0 (env 1 failed); env-major order
+    ring = algo.pool.ring
+    assert algo.pool.size == 6 and algo.pool.filled == 6 and algo.pool.added == 6
+    assert torch.equal(ring["obs"][:6, :2], torch.tensor([[0, 0], [0, 1], [2, 0], [2, 1], [2, 2], [3, 0.0]]))
+    assert out["filtered-bc/won_episodes"] == 3 and out["filtered-bc/rollout_success"] == 0.75
+    assert "filtered-bc/loss" not in out  # no gradient steps asked for
+    _rollout(algo, ends=[3, 3, 3, 0], outcomes=[0, 0, 0, 1])  # one step of env 3 (its index beyond the rows added)
+    assert algo.pool.size == 7 and torch.equal(algo.pool.ring["obs"][6, :2], torch.tensor([3, 0.0]))
+
+
+def test_the_pool_keeps_the_newest_steps_and_samples_both_sources(tmp_path):
+    from embodied.algos.cotrain import DemoLoss
+    from embodied.policies import GaussianActor
+
+    pi = GaussianActor(4, 2, [8])
+    pool = DemoLoss.empty(pi, 4, torch.device("cpu"), 64, capacity=5)
+    obs = torch.arange(7.0)[:, None].expand(7, 4)
+    pool.extend({"obs": obs[:3]}, torch.zeros(3, 2), torch.zeros(3, dtype=torch.long))
+    pool.extend({"obs": obs[3:]}, torch.zeros(4, 2), torch.zeros(4, dtype=torch.long))  # 7 added, 5 kept
+    assert pool.size == 5 and pool.added == 7
+    assert sorted(pool.ring["obs"][:, 0].tolist()) == [2.0, 3.0, 4.0, 5.0, 6.0]  # the two oldest overwritten
+    seen, _ = pool.sample(torch.Generator().manual_seed(0))
+    assert set(seen[:, 0].tolist()) <= {2.0, 3.0, 4.0, 5.0, 6.0}
+    again = DemoLoss.empty(pi, 4, torch.device("cpu"), 64, capacity=5)
+    again.load_state_dict(pool.state_dict())
+    assert again.size == 5 and again.added == 7 and torch.equal(again.ring["obs"], pool.ring["obs"])
+
+
+def test_demonstrations_stay_in_the_pool_beside_the_rollouts(tmp_path):
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.cli import main
+
+    demos = tmp_path / "demos"
+    assert main(["collect-demos", "--task", "point-reach", "--episodes", "4", "--out", str(demos)]) == 0
+    algo = FilteredBC(FilteredBCConfig(grad_steps=1, batch_size=4096), _ctx(data=str(demos)))
+    n_demo = algo.pool.size
+    assert n_demo > 0 and algo.pool.filled == 0
+    _rollout(algo, ends=[1, 3, 2, 0], outcomes=[1, 0, 0, 0])
+    assert algo.pool.size == n_demo + 2
+    obs, _ = algo.pool.sample(torch.Generator().manual_seed(0))
+    rollout_rows = (obs[:, 1] <= 1) & (obs[:, 0] == 0) & (obs[:, 2:] == 0).all(1)  # env 0's [0, t, 0, 0] steps
+    assert 0 < int(rollout_rows.sum()) < 4096  # both sources drawn
+
+
+def test_bad_settings_are_one_clear_error(tmp_path):
+    from embodied.core.errors import UserError
+
+    with pytest.raises(UserError, match="success"):
+        train(load_config("target", None, ["algo=filtered-bc", "num_envs=8"]), tmp_path / "a")
+    with pytest.raises(UserError, match="grad_steps"):
+        train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.grad_steps=-1"]),
+              tmp_path / "b")
+
+
+def test_filtered_bc_learns_point_reach_and_checkpoints_its_pool(tmp_path):
+    cfg = load_config("point-reach", None, ["algo=filtered-bc", "num_envs=64", "total_steps=30000", "log.eval_every=0",
+                                            "log.eval_episodes=128", "log.progress=false", "log.tensorboard=false",
+                                            "policy.actor_hidden=[64,64]", "filtered-bc.lr=1e-3",
+                                            "log.checkpoint_every=10000"])
+    run_dir, summary = train(cfg, tmp_path / "run")
+    assert summary["eval/success"] >= FLOORS["filtered_bc_point_reach_success"]
+    from embodied.checkpoint import load_checkpoint
+
+    state = load_checkpoint(run_dir)
+    assert state["algo"]["pool"]["filled"] > 0  # the pool is in the checkpoint
