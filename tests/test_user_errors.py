@@ -262,8 +262,9 @@ def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     ("quadrotor-hover", ["env.init_guidance=2"], "env.init_guidance"),
     ("pendulum", ["stop_success=1.5"], "stop_success"),  # a run that could never stop early
     ("pendulum", ["log.eval_episodes=0"], "eval_episodes"),  # failed at the first evaluation, after training
+    ("point-reach", ["algo=filtered-bc", "filtered-bc.keep=mixed"], "filtered-bc.keep"),  # mixed needs groups
 ], ids=["ppo-num-steps", "sac-tau", "td3-batch", "ppo-gamma", "episode-length", "success-radius",
-        "success-outside-termination", "guidance", "stop-success", "eval-episodes"])
+        "success-outside-termination", "guidance", "stop-success", "eval-episodes", "filtered-bc-keep"])
 def test_settings_out_of_range_are_one_line(user_error, tmp_path, task, overrides, word):
     line = user_error(["train", "--task", task, "--preset", "debug", "--run-dir", str(tmp_path / "r"), *overrides])
     assert word in line and not (tmp_path / "r").exists()
