@@ -29,7 +29,9 @@ from embodied.core.registry import ALGOS
 class FilteredBCConfig:
     group_size: int = 1  # envs per shared start (1: every env its own start)
     temperature: float = 1.0  # rollout sampling temperature on the policy's own noise
-    lr: float = 1e-4
+    # BC's rate: on mini-libero from the 10-demo clone (seed 0, 300k steps, 520 fresh starts) 1e-3 lifted 62.3% to
+    # 69.2%, 1e-4 barely moved it (63.3%)
+    lr: float = 1e-3
     weight_decay: float = 1e-4
     batch_size: int = 256
     grad_steps: int = 200  # gradient steps after every rollout

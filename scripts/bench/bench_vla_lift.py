@@ -53,7 +53,7 @@ RL = {"grpo": ["algo=grpo", "num_envs=64", "grpo.group_size=8", "grpo.batch_grou
                        "residual-td3.deploy_average=true", "residual-td3.average_tau=0.0005", "log.eval_every=50000",
                        "log.eval_episodes=65"],
       # success-filtered BC from the clone: its successful rollouts (temperature 1) join the demonstrations, 200
-      # cloning steps after every rollout (give the demonstrations with --rl-set data=DEMOS)
+      # cloning steps (lr 1e-3) after every rollout (give the demonstrations with --rl-set data=DEMOS)
       "filtered-bc": ["algo=filtered-bc", "num_envs=64", "log.eval_every=50000", "log.eval_episodes=65"],
       # residual PPO (ResiP's settings, issue 12's learner): a small Gaussian residual over the frozen clone
       "residual-ppo": ["algo=residual-ppo", "num_envs=64", "log.eval_every=50000", "log.eval_episodes=65"]}
