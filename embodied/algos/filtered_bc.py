@@ -29,8 +29,8 @@ from embodied.core.registry import ALGOS
 class FilteredBCConfig:
     group_size: int = 1  # envs per shared start (1: every env its own start)
     temperature: float = 1.0  # rollout sampling temperature on the policy's own noise
-    # BC's rate: on mini-libero from the 10-demo clone (seed 0, 300k steps, 520 fresh starts) 1e-3 lifted 62.3% to
-    # 69.2%, 1e-4 barely moved it (63.3%)
+    # BC's rate: on mini-libero from the 10-demo clones, 300k steps, seeds 0-2 lifted 61.5 / 23.1 / 64.6% to 66.9 /
+    # 56.9 / 71.5% (130 starts); 1e-4 barely moved seed 0's (520 starts: 62.3 -> 63.3%, 1e-3: 69.2%)
     lr: float = 1e-3
     weight_decay: float = 1e-4
     batch_size: int = 256
