@@ -75,8 +75,7 @@ class DemoLoss:
         if m > self.capacity:  # only the newest capacity steps could stay
             rows, m = {k: v[-self.capacity:] for k, v in rows.items()}, self.capacity
         if not self.ring:
-            self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                         for k, v in rows.items()}
+            self._allocate(rows)
         at = (self.added + torch.arange(m, device=rows["target"].device)) % self.capacity
         for k, v in rows.items():
             self.ring[k][at] = v
@@ -109,7 +108,11 @@ class DemoLoss:
     def load_state_dict(self, state: dict) -> None:
         self.ring, self.filled, self.added = {}, int(state["filled"]), int(state["added"])
         if self.filled:
-            self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                         for k, v in state["ring"].items()}
+            self._allocate(state["ring"])
             for k, v in state["ring"].items():
                 self.ring[k][:self.filled] = v
+
+    def _allocate(self, like: dict[str, torch.Tensor]) -> None:
+        """The ring's columns, ``[capacity, ...]`` each, shaped and typed as the rows ``like``."""
+        self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                     for k, v in like.items()}
