@@ -18,6 +18,8 @@ import torch
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 
+ENV_STATE = "env_state"  # the infos key of the recorded env states (``VecEnv.env_states``' rows)
+
 
 def write_minari(path: str | Path, episodes: list[dict], observation_space: gym.spaces.Dict,
                  action_space: gym.spaces.Space, dataset_id: str = "embodied/recorded-v0", layout=None,
@@ -47,7 +49,8 @@ def write_minari(path: str | Path, episodes: list[dict], observation_space: gym.
     storage.update_metadata({"dataset_id": dataset_id, "minari_version": _minari_version(), **metadata})
     buffers = [EpisodeBuffer(id=i, observations=_packed(ep["observations"], packers),
                              actions=np.asarray(ep["actions"]), rewards=list(ep["rewards"]),
-                             terminations=list(ep["terminations"]), truncations=list(ep["truncations"]))
+                             terminations=list(ep["terminations"]), truncations=list(ep["truncations"]),
+                             infos=ep.get("infos"))
                for i, ep in enumerate(episodes)]
     storage.update_episodes(buffers)
     return path
@@ -143,6 +146,31 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
     return {k: torch.as_tensor(np.concatenate(v)) for k, v in cols.items()}
 
 
+def read_env_states(path: str | Path) -> dict[str, torch.Tensor]:
+    """The recorded env states of the Minari dataset at ``path`` (``infos["env_state"]``, written by ``collect-demos``
+    for tasks that can restore states), every step but each episode's last: ``state [M, S]`` float64, and each row's
+    ``episode`` and ``step`` and its episode's ``length`` (steps). A dataset without them is a ``UserError``."""
+    path = Path(path)
+    try:
+        episodes = list(_open(path).iterate_episodes())
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
+        raise _unreadable(path, e) from None
+    if not episodes or any(ENV_STATE not in (ep.infos or {}) for ep in episodes):
+        raise UserError(f"the dataset {path} records no env states (collect-demos records them for tasks that can "
+                        "restore states; collect it again)")
+    rows, episode, step, length = [], [], [], []
+    for e, ep in enumerate(episodes):
+        t = len(ep.rewards)
+        rows.append(np.asarray(ep.infos[ENV_STATE], np.float64)[:t])
+        episode.append(np.full(t, e))
+        step.append(np.arange(t))
+        length.append(np.full(t, t))
+    return {"state": torch.as_tensor(np.concatenate(rows)), "episode": torch.as_tensor(np.concatenate(episode)),
+            "step": torch.as_tensor(np.concatenate(step)), "length": torch.as_tensor(np.concatenate(length))}
+
+
 def read_replay(run_dir: str | Path, dims: dict[str, int], act_dim: int) -> dict[str, torch.Tensor]:
     """The replay buffer of an off-policy run (its latest checkpoint) as the flat transitions ``read_transitions``
     returns, for a task with observation groups ``dims`` (``{"policy": d[, "critic": d]}``, in order) and ``act_dim``
@@ -180,10 +208,12 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
     ``final_info`` entries (``success``...) as floats under ``outcome``."""
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
+    restorable = env.env_states() is not None
     current = [{"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [], "rewards": [],
-                "terminations": [], "truncations": []} for i in range(n)]
+                "terminations": [], "truncations": [], "states": []} for i in range(n)]
     done_eps: list[dict] = []
     while len(done_eps) < num_episodes:
+        states = env.env_states().numpy() if restorable else None
         executed = act(obs)
         obs, reward, terminated, truncated, info = env.step(executed)
         label = getattr(act, "label", None)  # an expert's action without its perturbations (DART), where it has one
@@ -195,6 +225,8 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
             ep["rewards"].append(float(reward[i]))
             ep["terminations"].append(bool(terminated[i]))
             ep["truncations"].append(bool(truncated[i]))
+            if restorable:
+                ep["states"].append(states[i])
             ended = bool(terminated[i] or truncated[i])
             for k, v in (final if ended else obs).items():
                 ep["obs"][k].append(v[i].cpu().numpy())
@@ -204,8 +236,11 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
                                  "terminations": np.array(ep["terminations"]),
                                  "truncations": np.array(ep["truncations"]),
                                  "outcome": {k: float(v[i]) for k, v in info.get("final_info", {}).items()}})
+                if restorable:  # the state after the last step is gone (the env reset in the same step): NaN
+                    rows = np.stack(ep["states"])
+                    done_eps[-1]["infos"] = {ENV_STATE: np.concatenate([rows, np.full_like(rows[:1], np.nan)])}
                 current[i] = {"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [],
-                              "rewards": [], "terminations": [], "truncations": []}
+                              "rewards": [], "terminations": [], "truncations": [], "states": []}
     return done_eps[:num_episodes]
 
 

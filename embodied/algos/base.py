@@ -107,9 +107,10 @@ class Algorithm(abc.ABC):
     # starts the next from ``rollout_starts()``
     episodic: ClassVar[bool] = False
 
-    def rollout_starts(self) -> torch.Tensor | None:
+    def rollout_starts(self) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None:
         """Per-env seeds ``[N]`` to reset the envs from before the next rollout (envs sharing a seed share their
-        start exactly), or None to go on from where the envs are."""
+        start exactly), or None to go on from where the envs are; or ``(seeds, (env_ids, rows))``: after the seeded
+        reset, those envs start from the recorded states ``rows`` (``VecEnv.restore_envs``)."""
         return None
 
     @abc.abstractmethod

@@ -13,13 +13,14 @@ The pool keeps the newest ``capacity`` rollout steps (the demonstrations are alw
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from embodied.algos.base import BuildContext
 from embodied.algos.cotrain import DemoLoss
+from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
@@ -40,6 +41,7 @@ class FilteredBCConfig:
     # which successful episodes join the pool: won (every one) or mixed (only those of groups where another episode
     # from the same start failed: the starts the policy has not mastered; needs group_size >= 2)
     keep: str = "won"
+    demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
 
 
 class FilteredBC(SuccessRollouts):

@@ -17,7 +17,7 @@ With ``bc_coef`` > 0 and ``data=PATH`` the cloning loss on the demonstrations is
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import torch
@@ -25,6 +25,7 @@ from torch import nn
 
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition
 from embodied.algos.cotrain import DemoLoss
+from embodied.algos.demo_starts import DemoStarts, DemoStartsConfig
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
@@ -48,6 +49,7 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     bc_coef: float = 0.0  # co-training: weight of the cloning loss on demonstrations (needs data=PATH)
     bc_batch_size: int = 256
+    demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
 
 
 def group_advantages(success: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,6 +97,9 @@ class SuccessRollouts(Algorithm):
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(ctx.seed)
         self.seed_generator = torch.Generator().manual_seed(ctx.seed + 7919)  # the groups' initial states
+        demo = cfg.demo_starts
+        self.demo_starts = DemoStarts(demo, ctx.data, ctx.seed) if demo.fraction > 0 else None
+        self.from_demo = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._new_rollout()
 
     @staticmethod
@@ -114,11 +119,18 @@ class SuccessRollouts(Algorithm):
     def rollout_length(self) -> int:
         return 1_000_000  # the runner ends an episodic rollout once every env has finished an episode
 
-    def rollout_starts(self) -> torch.Tensor:
-        groups = self.num_envs // self.cfg.group_size
-        seeds = torch.randint(0, 2**31 - 1, (groups,), generator=self.seed_generator)
+    def rollout_starts(self):
+        g = self.cfg.group_size
+        groups = self.num_envs // g
+        seeds = torch.randint(0, 2**31 - 1, (groups,), generator=self.seed_generator).repeat_interleave(g)
         self._new_rollout()
-        return seeds.repeat_interleave(self.cfg.group_size)
+        k = round(self.cfg.demo_starts.fraction * groups) if self.demo_starts is not None else 0
+        self.from_demo.zero_()
+        if k == 0:
+            return seeds
+        ids = torch.arange((groups - k) * g, self.num_envs)  # the last k groups, each sharing one recorded state
+        self.from_demo[ids.to(self.device)] = True
+        return seeds, (ids, self.demo_starts.sample(k).repeat_interleave(g, 0))
 
     def _new_rollout(self) -> None:
         self.steps: list[dict[str, torch.Tensor]] = []  # per step: packed obs, action, log_prob, valid
@@ -160,20 +172,28 @@ class SuccessRollouts(Algorithm):
         return cols, cols.pop("valid")
 
     def rollout_log(self, valid: torch.Tensor) -> dict[str, float]:
-        return {f"{self.name}/rollout_success": float(self.success[self.ended].mean()) if self.ended.any() else 0.0,
-                f"{self.name}/episode_steps": float(valid.sum())}
+        """The rollout's figures (success over the fresh starts); grows the demonstration starts' window."""
+        fresh = self.ended & ~self.from_demo
+        log = {f"{self.name}/rollout_success": float(self.success[fresh].mean()) if fresh.any() else 0.0,
+               f"{self.name}/episode_steps": float(valid.sum())}
+        if self.demo_starts is not None:
+            log.update(self.demo_starts.update(self.success[self.ended & self.from_demo]))
+        return log
 
     def actor(self) -> nn.Module:
         return self.pi
 
     def rollout_state(self) -> dict:
         return {"pi": self.pi.state_dict(), "generator": self.generator.get_state(),
-                "seed_generator": self.seed_generator.get_state()}
+                "seed_generator": self.seed_generator.get_state(),
+                **({"demo_starts": self.demo_starts.state_dict()} if self.demo_starts is not None else {})}
 
     def load_rollout_state(self, state: Mapping) -> None:
         self.pi.load_state_dict(state["pi"])
         self.generator.set_state(state["generator"])
         self.seed_generator.set_state(state["seed_generator"])
+        if self.demo_starts is not None and "demo_starts" in state:
+            self.demo_starts.load_state_dict(state["demo_starts"])
 
 
 class GRPO(SuccessRollouts):

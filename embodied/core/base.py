@@ -95,6 +95,18 @@ class VecEnv(abc.ABC):
         """Whether ``render_frame`` draws (the task overrides it) rather than raising ``UserError``."""
         return type(self).render_frame is not VecEnv.render_frame
 
+    # restorable states (episodes started from a recorded state, e.g. part-way through a demonstration): a task that
+    # can put an env back into an exact recorded state overrides both
+    def env_states(self) -> torch.Tensor | None:
+        """``[N, S]`` float64: each env's exact state as one row (``restore_envs`` continues from it), or None where the
+        task cannot restore states."""
+        return None
+
+    def restore_envs(self, env_ids: torch.Tensor, rows: torch.Tensor) -> Obs:
+        """Put envs ``env_ids`` into the states ``rows`` (``env_states``' rows) as new episodes; the observation of
+        every env."""
+        raise UserError(f"task {type(self).__name__} cannot restore recorded states")
+
     # checkpointing: everything needed to continue the env stream exactly
     def state_dict(self) -> dict:
         return {}
@@ -228,6 +240,22 @@ class ManagedVecEnv(VecEnv):
         else:
             info["final_obs"] = obs
         return obs, reward, terminated, truncated, info
+
+    def _restore_idx(self, env_ids: torch.Tensor, rows: torch.Tensor) -> None:
+        """Put ``env_ids`` into the recorded states ``rows`` (a task that overrides ``env_states`` implements it)."""
+        raise UserError(f"task {type(self).__name__} cannot restore recorded states")
+
+    def restore_envs(self, env_ids: torch.Tensor, rows: torch.Tensor) -> Obs:
+        env_ids = torch.as_tensor(env_ids, device=self.device).reshape(-1)
+        if rows.shape[0] != env_ids.numel():
+            raise ValueError(f"restore_envs: {env_ids.numel()} envs, {rows.shape[0]} states")
+        env_ids, order = env_ids.sort()  # ascending (batched simulators take sorted ids)
+        if bool((env_ids[1:] == env_ids[:-1]).any()):
+            raise ValueError("restore_envs: an env given twice")
+        rows = rows[order.to(rows.device)]
+        self._restore_idx(env_ids, rows)
+        self.episode_length[env_ids] = 0
+        return self._observe()
 
     def _final_info(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-env episode outcome for the envs that just finished (``[N]``, valid where ``done``)."""

@@ -50,8 +50,8 @@ LEARNER = _rules(
                                  "value_coef", "warmup_steps", "weight_decay")),
     positive=(POSITIVE, ("adam_eps", "init_alpha", "lr", "lr_actor", "lr_alpha", "lr_critic", "retnorm_limit",
                          "temperature", "updates_per_step")),
-    rate=(RATE, ("average_tau", "gamma", "retnorm_rate", "slow_rate", "tau")),
-    fraction=(FRACTION, ("demo_ratio", "gae_lambda", "lam")),
+    rate=(RATE, ("advance_at", "average_tau", "gamma", "reach_step", "retnorm_rate", "slow_rate", "tau")),
+    fraction=(FRACTION, ("demo_ratio", "fraction", "gae_lambda", "lam")),
 )
 
 TASK = _rules(

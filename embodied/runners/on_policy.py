@@ -20,9 +20,11 @@ class OnPolicyRunner(Runner):
     def collect_rollout(self) -> None:
         """One rollout: ``rollout_length`` steps of every env, or for an episodic algorithm, from the starts it
         asks for until every env has finished an episode."""
-        seeds = self.algo.rollout_starts()
-        if seeds is not None:
-            self.collector.reset_seeded(seeds)
+        starts = self.algo.rollout_starts()
+        if isinstance(starts, tuple):  # seeds, then recorded states for some envs
+            self.collector.reset_seeded(*starts)
+        elif starts is not None:
+            self.collector.reset_seeded(starts)
         ended = None
         for _ in range(self.algo.rollout_length):
             tr = self.collect()

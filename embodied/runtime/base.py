@@ -89,8 +89,9 @@ class Collector(abc.ABC):
     def reset(self, seed: int | None) -> None:
         """Reset every env (``seed`` re-seeds them)."""
 
-    def reset_seeded(self, seeds: torch.Tensor) -> None:
-        """Reset every env from its own seed (``VecEnv.reset_envs``): what episodic learners start rollouts with."""
+    def reset_seeded(self, seeds: torch.Tensor, restore: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Reset every env from its own seed (``VecEnv.reset_envs``): what episodic learners start rollouts with;
+        ``restore = (env_ids, rows)`` then puts those envs into recorded states (``VecEnv.restore_envs``)."""
         from embodied.core.errors import UserError
 
         raise UserError(f"the {type(self).__name__} engine cannot reset its envs from per-env seeds "

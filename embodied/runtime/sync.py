@@ -32,10 +32,12 @@ class SyncCollector(Collector):
         self._obs, _ = self.env.reset(seed=seed)
         self.stats.reset()
 
-    def reset_seeded(self, seeds: torch.Tensor) -> None:
+    def reset_seeded(self, seeds: torch.Tensor, restore: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         if not hasattr(self.env, "reset_envs"):
             super().reset_seeded(seeds)
         self._obs = self.env.reset_envs(torch.as_tensor(seeds))
+        if restore is not None:
+            self._obs = self.env.restore_envs(*restore)
         self.stats.reset()
 
     def step(self, act: Callable[[Obs], torch.Tensor], version: int = 0) -> Transition:

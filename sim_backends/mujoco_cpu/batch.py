@@ -81,6 +81,7 @@ class MujocoBatch(SimBackend):
         self.CONTROLS = NamedLayout(ctrl=m.nu)
         self._tensors: dict[str, torch.Tensor] = {}
         self._state_fields = tuple(f for f in _STATE_FIELDS if self.bind(f).size)
+        self._row_fields = self._state_fields + (("mocap_pos", "mocap_quat") if self.model.nmocap else ())
         self.qpos, self.qvel, self.ctrl = self.t("qpos"), self.t("qvel"), self.t("ctrl")
         if post_constraint:
             self._data = mujoco.MjData(self.model)
@@ -164,6 +165,29 @@ class MujocoBatch(SimBackend):
         self.batch.forward()
         if self.post_constraint:
             self._cfrc_ext[...] = state["cfrc_ext"].numpy()
+
+    def state_rows(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """``[K, S]`` float64: the worlds' integration state (``get_state``'s fields) and mocap poses, one flat row per
+        world: what ``set_state_rows`` continues from exactly."""
+        ids = np.arange(self.num_envs) if env_ids is None else env_ids.cpu().numpy()
+        parts = [self.bind(f)[ids].reshape(len(ids), -1) for f in self._row_fields]
+        return torch.from_numpy(np.concatenate(parts, 1).astype(np.float64))
+
+    def set_state_rows(self, env_ids: torch.Tensor, rows: torch.Tensor) -> None:
+        """Put ``state_rows`` back into the worlds ``env_ids`` (then ``mj_forward`` there)."""
+        ids, rows, at = env_ids.cpu().numpy(), rows.to(torch.float64).cpu().numpy(), 0
+        for f in self._row_fields:
+            view = self.bind(f)
+            size = view[0].size
+            view[ids] = rows[:, at:at + size].reshape(len(ids), *view.shape[1:])
+            at += size
+        self.batch.forward(ids)
+        if self.post_constraint:
+            self._cfrc_ext[ids] = 0.0
+
+    @property
+    def state_row_size(self) -> int:
+        return sum(self.bind(f)[0].size for f in self._row_fields)
 
     @property
     def can_render(self) -> bool:

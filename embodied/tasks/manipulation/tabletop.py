@@ -274,6 +274,33 @@ class TabletopEnv(ManagedVecEnv):
     def can_render(self) -> bool:
         return self.sim.can_render
 
+    # ---- restorable states: the worlds' rows, then the task's own per-env tensors ------------------------------
+    def _state_keys(self) -> tuple[str, ...]:
+        """The per-env tensors (attribute names, ``[N, ...]``) that with the physics make an env's whole state."""
+        return ("goal", "succeeded") + (("factors",) if self.object_name is not None else ())
+
+    def env_states(self) -> torch.Tensor:
+        n = self.num_envs
+        return torch.cat([self.sim.state_rows(), *(getattr(self, k).reshape(n, -1).to(F64) for k in self._state_keys())],
+                         1)
+
+    def _restore_idx(self, env_ids: torch.Tensor, rows: torch.Tensor) -> None:
+        rows = rows.to(F64)
+        at = self.sim.state_row_size
+        if rows.shape[1] != at + sum(getattr(self, k)[0].numel() for k in self._state_keys()):
+            raise UserError(f"{self.task_name}: a recorded state has {rows.shape[1]} entries; this task's have "
+                            f"{at + sum(getattr(self, k)[0].numel() for k in self._state_keys())} (recorded with "
+                            "other settings?)")
+        for k in self._state_keys():
+            value = getattr(self, k)
+            size = value[0].numel()
+            value[env_ids] = rows[:, at:at + size].reshape(-1, *value.shape[1:]).to(value.dtype)
+            at += size
+        self._place_goal(env_ids)
+        if self.object_name is not None:
+            self._apply_factors(env_ids)
+        self.sim.set_state_rows(env_ids, rows[:, :self.sim.state_row_size])
+
     def state_dict(self) -> dict:
         state = {**super().state_dict(), "sim": self.sim.get_state(), "goal": self.goal.clone(),
                  "succeeded": self.succeeded.clone()}
