@@ -280,17 +280,16 @@ class TabletopEnv(ManagedVecEnv):
         return ("goal", "succeeded") + (("factors",) if self.object_name is not None else ())
 
     def env_states(self) -> torch.Tensor:
-        n = self.num_envs
-        return torch.cat([self.sim.state_rows(), *(getattr(self, k).reshape(n, -1).to(F64) for k in self._state_keys())],
-                         1)
+        task = [getattr(self, k).reshape(self.num_envs, -1).to(F64) for k in self._state_keys()]
+        return torch.cat([self.sim.state_rows(), *task], 1)
 
     def _restore_idx(self, env_ids: torch.Tensor, rows: torch.Tensor) -> None:
         rows = rows.to(F64)
         at = self.sim.state_row_size
-        if rows.shape[1] != at + sum(getattr(self, k)[0].numel() for k in self._state_keys()):
-            raise UserError(f"{self.task_name}: a recorded state has {rows.shape[1]} entries; this task's have "
-                            f"{at + sum(getattr(self, k)[0].numel() for k in self._state_keys())} (recorded with "
-                            "other settings?)")
+        size = at + sum(getattr(self, k)[0].numel() for k in self._state_keys())
+        if rows.shape[1] != size:
+            raise UserError(f"{self.task_name}: a recorded state has {rows.shape[1]} entries; this task's have {size} "
+                            "(recorded with other settings?)")
         for k in self._state_keys():
             value = getattr(self, k)
             size = value[0].numel()
