@@ -263,8 +263,11 @@ def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     ("pendulum", ["stop_success=1.5"], "stop_success"),  # a run that could never stop early
     ("pendulum", ["log.eval_episodes=0"], "eval_episodes"),  # failed at the first evaluation, after training
     ("point-reach", ["algo=filtered-bc", "filtered-bc.keep=mixed"], "filtered-bc.keep"),  # mixed needs groups
+    ("point-reach", ["algo=filtered-bc", "filtered-bc.demo_starts.fraction=2"], "demo_starts.fraction"),
+    ("point-reach", ["algo=grpo", "grpo.demo_starts.fraction=0.5"], "give data=PATH"),  # starts need a dataset
 ], ids=["ppo-num-steps", "sac-tau", "td3-batch", "ppo-gamma", "episode-length", "success-radius",
-        "success-outside-termination", "guidance", "stop-success", "eval-episodes", "filtered-bc-keep"])
+        "success-outside-termination", "guidance", "stop-success", "eval-episodes", "filtered-bc-keep",
+        "demo-starts-fraction", "demo-starts-without-data"])
 def test_settings_out_of_range_are_one_line(user_error, tmp_path, task, overrides, word):
     line = user_error(["train", "--task", task, "--preset", "debug", "--run-dir", str(tmp_path / "r"), *overrides])
     assert word in line and not (tmp_path / "r").exists()

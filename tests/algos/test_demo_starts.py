@@ -140,14 +140,16 @@ def test_filtered_bc_starts_its_last_groups_from_recorded_states(demos, tmp_path
                                 1000, PolicyConfig(actor_hidden=[16]), success_metric="success"))
 
 
-def test_the_cli_runs_filtered_bc_from_demonstration_starts(demos, tmp_path):
+@pytest.mark.parametrize("algo", ["filtered-bc", "grpo"])
+def test_the_cli_runs_from_demonstration_starts(algo, demos, tmp_path):
     from embodied.cli import main
 
     run = tmp_path / "run"
-    main(["train", "--task", "mini-libero", "--run-dir", str(run), "algo=filtered-bc", f"data={demos}",
-          "num_envs=8", "total_steps=1500", "filtered-bc.group_size=2", "filtered-bc.demo_starts.fraction=0.5",
-          "filtered-bc.grad_steps=2", "policy.actor_hidden=[16]", "log.eval_every=0", "log.eval_episodes=2",
-          "log.progress=false", "log.checkpoint_every=0"])
+    learner = ["filtered-bc.grad_steps=2"] if algo == "filtered-bc" else ["grpo.num_epochs=1", "grpo.batch_groups=1"]
+    main(["train", "--task", "mini-libero", "--run-dir", str(run), f"algo={algo}", f"data={demos}",
+          "num_envs=8", "total_steps=1500", f"{algo}.group_size=2", f"{algo}.demo_starts.fraction=0.5", *learner,
+          "policy.actor_hidden=[16]", "log.eval_every=0", "log.eval_episodes=2", "log.progress=false",
+          "log.checkpoint_every=0"])
     import json
 
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
