@@ -18,7 +18,7 @@ class DemoLoss:
     drawn uniformly over both."""
 
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
-                 what: str, layout=None, capacity: int = 0):
+                 what: str, layout=None, capacity: int = 0, demo_ratio: float | None = None):
         from embodied.datasets import read_transitions
 
         if not path:
@@ -31,6 +31,7 @@ class DemoLoss:
                             f"has {obs_dim}")
         episode = torch.cumsum(data["initial"].long(), 0) - 1
         self._setup(policy, obs_dim, device, batch_size, layout, capacity)
+        self.demo_ratio = demo_ratio
         self.obs = self.packer.pack(data["state"].to(device))
         self.target = self._targets(data["action"].to(device), episode.to(device))
 
@@ -48,6 +49,7 @@ class DemoLoss:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
+        self.demo_ratio: float | None = None  # the dataset's share of a minibatch beside added steps (None: uniform)
         self.ring: dict[str, torch.Tensor] = {}  # the added steps' packed observations and "target", [capacity, ...]
         self.filled = 0  # rows of the ring in use
         self.added = 0  # steps ever added (the next row written is added % capacity)
@@ -83,15 +85,22 @@ class DemoLoss:
         self.filled = min(self.capacity, self.filled + m)
 
     def sample(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """A minibatch ``(obs, target)`` drawn uniformly over the dataset's and the added steps."""
+        """A minibatch ``(obs, target)`` drawn uniformly over the dataset's and the added steps, or with
+        ``demo_ratio`` set, that fraction of it from the dataset and the rest from the added steps (RLPD's symmetric
+        sampling: the demonstrations keep their weight however many steps are added)."""
         n_data = self.target.shape[0]
         j = torch.randint(self.size, (self.batch_size,), generator=generator, device=generator.device)
         if not self.filled:
             return self.packer.unpack_rows(self.obs, j), self.target[j]
         if not n_data:
             return self.packer.unpack_rows(self.ring, j), self.ring["target"][j]
-        ring = j >= n_data
-        j_data, j_ring = j[~ring], j[ring] - n_data
+        if self.demo_ratio is None:
+            ring = j >= n_data
+            j_data, j_ring = j[~ring], j[ring] - n_data
+        else:
+            k = round(self.demo_ratio * self.batch_size)
+            j_data = torch.randint(n_data, (k,), generator=generator, device=generator.device)
+            j_ring = torch.randint(self.filled, (self.batch_size - k,), generator=generator, device=generator.device)
         obs = torch.cat([self.packer.unpack_rows(self.obs, j_data), self.packer.unpack_rows(self.ring, j_ring)])
         return obs, torch.cat([self.target[j_data], self.ring["target"][j_ring]])
 

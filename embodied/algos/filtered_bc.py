@@ -41,6 +41,9 @@ class FilteredBCConfig:
     # which successful episodes join the pool: won (every one) or mixed (only those of groups where another episode
     # from the same start failed: the starts the policy has not mastered; needs group_size >= 2)
     keep: str = "won"
+    # the demonstrations' share of every minibatch once rollout steps joined the pool (RLPD's 0.5); None: uniform over
+    # the pool, where the demonstrations' share falls as the pool grows (13k of 60k steps after 300k env steps)
+    demo_ratio: float | None = None
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
 
 
@@ -63,7 +66,7 @@ class FilteredBC(SuccessRollouts):
         obs_dim = ctx.obs_space["policy"].shape[0]
         self.opt = torch.optim.AdamW(self.pi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
-                             capacity=cfg.capacity) if ctx.data else \
+                             capacity=cfg.capacity, demo_ratio=cfg.demo_ratio) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity)
         self.num_updates = 0
 

@@ -87,6 +87,13 @@ def test_demonstrations_stay_in_the_pool_beside_the_rollouts(tmp_path):
     obs, _ = algo.pool.sample(torch.Generator().manual_seed(0))
     rollout_rows = (obs[:, 1] <= 1) & (obs[:, 0] == 0) & (obs[:, 2:] == 0).all(1)  # env 0's [0, t, 0, 0] steps
     assert 0 < int(rollout_rows.sum()) < 4096  # both sources drawn
+    # demo_ratio: exactly that share of every minibatch from the demonstrations, the rest from the added steps
+    fixed = FilteredBC(FilteredBCConfig(grad_steps=1, batch_size=40, demo_ratio=0.25), _ctx(data=str(demos)))
+    assert fixed.pool.demo_ratio == 0.25
+    _rollout(fixed, ends=[1, 3, 2, 0], outcomes=[1, 0, 0, 0])
+    obs, _ = fixed.pool.sample(torch.Generator().manual_seed(0))
+    rollout_rows = (obs[:, 1] <= 1) & (obs[:, 0] == 0) & (obs[:, 2:] == 0).all(1)
+    assert rollout_rows.tolist() == [False] * 10 + [True] * 30  # 10 of 40 demonstration rows, then 30 added ones
 
 
 def test_bad_settings_are_one_clear_error(tmp_path):
