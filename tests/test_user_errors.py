@@ -264,7 +264,7 @@ def test_bad_values_a_new_user_tried(user_error, tmp_path, override, word):
     ("pendulum", ["log.eval_episodes=0"], "eval_episodes"),  # failed at the first evaluation, after training
     ("point-reach", ["algo=filtered-bc", "filtered-bc.keep=mixed"], "filtered-bc.keep"),  # mixed needs groups
     ("point-reach", ["algo=filtered-bc", "filtered-bc.demo_starts.fraction=2"], "demo_starts.fraction"),
-    ("point-reach", ["algo=grpo", "grpo.demo_starts.fraction=0.5"], "give data=PATH"),  # starts need a dataset
+    ("point-reach", ["algo=grpo", "grpo.group_size=2", "grpo.demo_starts.fraction=0.5"], "give data=PATH"),
 ], ids=["ppo-num-steps", "sac-tau", "td3-batch", "ppo-gamma", "episode-length", "success-radius",
         "success-outside-termination", "guidance", "stop-success", "eval-episodes", "filtered-bc-keep",
         "demo-starts-fraction", "demo-starts-without-data"])
