@@ -91,6 +91,17 @@ def _open(path: Path):
     return MinariDataset(data_dir)
 
 
+def _reading(path: Path, read):
+    """``read(dataset)`` on the Minari dataset at ``path``; a missing one is a ``UserError`` (``_open``), and so is an
+    unreadable one (the user's input), in one line."""
+    try:
+        return read(_open(path))
+    except UserError:  # no dataset there
+        raise
+    except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
+        raise _unreadable(path, e) from None
+
+
 def _unreadable(path: Path, e: Exception) -> UserError:
     why = str(e).splitlines()[0] if str(e) else repr(e)
     return UserError(f"cannot read the Minari dataset {path}: {why}")
@@ -99,12 +110,7 @@ def _unreadable(path: Path, e: Exception) -> UserError:
 def dataset_groups(path: str | Path) -> list[str]:
     """The observation groups of the Minari dataset at ``path`` (``["policy"]`` for one stored as a flat array)."""
     path = Path(path)
-    try:
-        space = _open(path).observation_space
-    except UserError:  # no dataset there
-        raise
-    except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
-        raise _unreadable(path, e) from None
+    space = _reading(path, lambda dataset: dataset.observation_space)
     if not isinstance(space, gym.spaces.Dict):
         return ["policy"]
     return [k.removesuffix("_pixels") for k in space.spaces if not k.endswith("_pixels") or k[:-7] not in space.spaces]
@@ -115,15 +121,9 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
     groups concatenated, in ``groups`` order), ``action``, ``reward``, ``next_state``, ``terminated``, and
     ``initial`` (the first step of an episode). A missing or unreadable dataset is a ``UserError``."""
     path = Path(path)
-    try:
-        dataset = _open(path)
-        episodes = list(dataset.iterate_episodes())
-        packers = {k: PixelPacker.from_json(v)
-                   for k, v in json.loads(dataset.storage.metadata.get("pixels", "{}")).items()}
-    except UserError:  # no dataset there
-        raise
-    except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
-        raise _unreadable(path, e) from None
+    episodes, packers = _reading(path, lambda dataset: (
+        list(dataset.iterate_episodes()),
+        {k: PixelPacker.from_json(v) for k, v in json.loads(dataset.storage.metadata.get("pixels", "{}")).items()}))
     if not episodes:
         raise UserError(f"the dataset {path} has no episodes")
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("state", "action", "reward", "next_state", "terminated",
@@ -148,27 +148,21 @@ def read_transitions(path: str | Path, groups: list[str] | None = None) -> dict[
 
 def read_env_states(path: str | Path) -> dict[str, torch.Tensor]:
     """The recorded env states of the Minari dataset at ``path`` (``infos["env_state"]``, written by ``collect-demos``
-    for tasks that can restore states), every step but each episode's last: ``state [M, S]`` float64, and each row's
-    ``episode`` and ``step`` and its episode's ``length`` (steps). A dataset without them is a ``UserError``."""
+    for tasks that can restore states), every step but each episode's last: ``state [M, S]`` float64, each row's
+    ``step`` and its episode's ``length`` (steps). A dataset without them is a ``UserError``."""
     path = Path(path)
-    try:
-        episodes = list(_open(path).iterate_episodes())
-    except UserError:
-        raise
-    except Exception as e:  # noqa: BLE001 - a corrupt dataset is the user's input
-        raise _unreadable(path, e) from None
+    episodes = _reading(path, lambda dataset: list(dataset.iterate_episodes()))
     if not episodes or any(ENV_STATE not in (ep.infos or {}) for ep in episodes):
         raise UserError(f"the dataset {path} records no env states (collect-demos records them for tasks that can "
                         "restore states; collect it again)")
-    rows, episode, step, length = [], [], [], []
-    for e, ep in enumerate(episodes):
+    rows, step, length = [], [], []
+    for ep in episodes:
         t = len(ep.rewards)
         rows.append(np.asarray(ep.infos[ENV_STATE], np.float64)[:t])
-        episode.append(np.full(t, e))
         step.append(np.arange(t))
         length.append(np.full(t, t))
-    return {"state": torch.as_tensor(np.concatenate(rows)), "episode": torch.as_tensor(np.concatenate(episode)),
-            "step": torch.as_tensor(np.concatenate(step)), "length": torch.as_tensor(np.concatenate(length))}
+    return {"state": torch.as_tensor(np.concatenate(rows)), "step": torch.as_tensor(np.concatenate(step)),
+            "length": torch.as_tensor(np.concatenate(length))}
 
 
 def read_replay(run_dir: str | Path, dims: dict[str, int], act_dim: int) -> dict[str, torch.Tensor]:
@@ -209,8 +203,12 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
     obs, _ = env.reset(seed=seed)
     n = env.num_envs
     restorable = env.env_states() is not None
-    current = [{"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [], "rewards": [],
-                "terminations": [], "truncations": [], "states": []} for i in range(n)]
+
+    def fresh(i: int) -> dict:  # env i's episode as it starts, from its first observation
+        return {"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [], "rewards": [],
+                "terminations": [], "truncations": [], "states": []}
+
+    current = [fresh(i) for i in range(n)]
     done_eps: list[dict] = []
     while len(done_eps) < num_episodes:
         states = env.env_states().numpy() if restorable else None
@@ -239,8 +237,7 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
                 if restorable:  # the state after the last step is gone (the env reset in the same step): NaN
                     rows = np.stack(ep["states"])
                     done_eps[-1]["infos"] = {ENV_STATE: np.concatenate([rows, np.full_like(rows[:1], np.nan)])}
-                current[i] = {"obs": {k: [v[i].cpu().numpy()] for k, v in obs.items()}, "actions": [],
-                              "rewards": [], "terminations": [], "truncations": [], "states": []}
+                current[i] = fresh(i)
     return done_eps[:num_episodes]
 
 

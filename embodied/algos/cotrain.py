@@ -30,8 +30,7 @@ class DemoLoss:
             raise UserError(f"the dataset {path} has {data['state'].shape[1]} observation entries per step; the task "
                             f"has {obs_dim}")
         episode = torch.cumsum(data["initial"].long(), 0) - 1
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity)
-        self.demo_ratio = demo_ratio
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio)
         self.obs = self.packer.pack(data["state"].to(device))
         self.target = self._targets(data["action"].to(device), episode.to(device))
 
@@ -45,11 +44,11 @@ class DemoLoss:
         self.target = torch.zeros(0, self.horizon, 0, device=device)
         return self
 
-    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity) -> None:
+    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio=None) -> None:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
-        self.demo_ratio: float | None = None  # the dataset's share of a minibatch beside added steps (None: uniform)
+        self.demo_ratio = demo_ratio  # the dataset's share of a minibatch beside added steps (None: uniform)
         self.ring: dict[str, torch.Tensor] = {}  # the added steps' packed observations and "target", [capacity, ...]
         self.filled = 0  # rows of the ring in use
         self.added = 0  # steps ever added (the next row written is added % capacity)

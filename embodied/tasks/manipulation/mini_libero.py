@@ -368,21 +368,8 @@ class MiniLiberoEnv(TabletopEnv):
         return Layout(obs, action, self.cfg.control_hz, notes=f"tasks: {', '.join(self.task_names)}",
                       extras={"instructions": self.instructions.texts})
 
-    TASK_STATE = ("task_id", "target", "support", "instruction_row", "start_xy", "surface_xy")
-
-    def _state_keys(self) -> tuple[str, ...]:
-        return (*super()._state_keys(), *self.TASK_STATE)
-
-    def state_dict(self) -> dict:
-        state = {**super().state_dict()}
-        for key in self.TASK_STATE:
-            state[key] = getattr(self, key).clone()
-        return state
-
-    def load_state_dict(self, state) -> None:
-        for key in self.TASK_STATE:
-            getattr(self, key).copy_(state[key])
-        super().load_state_dict(state)
+    def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
+        return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "start_xy", "surface_xy")
 
 
 def _expert(env, **kwargs):

@@ -301,19 +301,15 @@ class TabletopEnv(ManagedVecEnv):
         self.sim.set_state_rows(env_ids, rows[:, :self.sim.state_row_size])
 
     def state_dict(self) -> dict:
-        state = {**super().state_dict(), "sim": self.sim.get_state(), "goal": self.goal.clone(),
-                 "succeeded": self.succeeded.clone()}
-        if self.object_name is not None:
-            state["factors"] = self.factors.clone()
-        return state
+        return {**super().state_dict(), "sim": self.sim.get_state(),
+                **{k: getattr(self, k).clone() for k in self._state_keys()}}
 
     def load_state_dict(self, state) -> None:
         super().load_state_dict(state)
-        self.goal.copy_(state["goal"])
-        self.succeeded.copy_(state["succeeded"])
+        for k in self._state_keys():
+            getattr(self, k).copy_(state[k])
         self._place_goal(self._all_ids)
         if self.object_name is not None:
-            self.factors.copy_(state["factors"])
             self._apply_factors(self._all_ids)
         self.sim.set_state(state["sim"])
 
