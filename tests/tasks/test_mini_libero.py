@@ -46,6 +46,28 @@ def test_observations_text_and_instructions(env):
     assert len(info["instruction"]) == 6
 
 
+def test_cube_terms_keep_where_each_cube_started(env):
+    """Each cube's term ends with its start (x, y): equal to its position after the reset, unchanged once it moves
+    (a place such as "leftmost" names the cube by where it stood, which carrying it away must not change)."""
+    from embodied.tasks.manipulation.mini_libero import COLOURS
+
+    obs, _ = env.reset(seed=2)
+    sl = env.layout().slices("policy")
+    pos0, _ = env.cube_poses()
+    for c, colour in enumerate(COLOURS):
+        term = obs["policy"][:, sl[f"{colour}_cube"]]
+        assert term.shape[1] == 10
+        assert torch.equal(term[:, 8:], pos0[:, c, :2].float())
+        assert torch.equal(term[:, :3], pos0[:, c].float())
+    q = env.sim.qpos.clone()
+    q[:, env.cube_qpos[0]:env.cube_qpos[0] + 2] += 0.05  # the red cube moved 5 cm in x and y
+    env.sim.set_state_idx(torch.arange(6), torch.cat([q, env.sim.qvel], 1))
+    obs, *_ = env.step(torch.zeros(6, 7))
+    term = obs["policy"][:, sl["red_cube"]]
+    assert torch.equal(term[:, 8:], pos0[:, 0, :2].float())
+    assert (term[:, :2] - pos0[:, 0, :2].float() - 0.05).abs().max() < 0.01
+
+
 def test_groups_share_an_exact_start(env):
     obs = env.reset_envs(torch.tensor([3, 3, 3, 8, 8, 11]))
     q = env.sim.qpos
