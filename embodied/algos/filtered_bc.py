@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import BuildContext
+from embodied.algos.branch_starts import BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss
 from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
@@ -45,6 +46,7 @@ class FilteredBCConfig:
     # the pool, where the demonstrations' share falls as the pool grows (13k of 60k steps after 300k env steps)
     demo_ratio: float | None = None
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
+    branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
 
 class FilteredBC(SuccessRollouts):

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition
+from embodied.algos.branch_starts import BranchStarts, BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss
 from embodied.algos.demo_starts import DemoStarts, DemoStartsConfig
 from embodied.core.errors import UserError
@@ -50,6 +51,7 @@ class GRPOConfig:
     bc_coef: float = 0.0  # co-training: weight of the cloning loss on demonstrations (needs data=PATH)
     bc_batch_size: int = 256
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
+    branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
 
 def group_advantages(success: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -100,6 +102,8 @@ class SuccessRollouts(Algorithm):
         demo = cfg.demo_starts
         self.demo_starts = DemoStarts(demo, ctx.data, ctx.seed) if demo.fraction > 0 else None
         self.from_demo = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self.branch_starts = BranchStarts(cfg.branch_starts, ctx.seed) if cfg.branch_starts.fraction > 0 else None
+        self.from_branch = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._new_rollout()
 
     @staticmethod
@@ -119,18 +123,35 @@ class SuccessRollouts(Algorithm):
     def rollout_length(self) -> int:
         return 1_000_000  # the runner ends an episodic rollout once every env has finished an episode
 
+    @property
+    def records_env_states(self) -> bool:
+        """Whether the runner hands it every env's state before each step (``record_env_states``)."""
+        return self.branch_starts is not None
+
+    def record_env_states(self, rows: torch.Tensor | None) -> None:
+        self.branch_starts.record(rows)
+
     def rollout_starts(self):
+        """Per-env seeds, groups of ``group_size`` sharing one; then the last groups from recorded states: first
+        those from the last rollout's states (``branch_starts``), then those from the demonstrations'."""
         g = self.cfg.group_size
         groups = self.num_envs // g
         seeds = torch.randint(0, 2**31 - 1, (groups,), generator=self.seed_generator).repeat_interleave(g)
         self._new_rollout()
-        k = round(self.cfg.demo_starts.fraction * groups) if self.demo_starts is not None else 0
+        kd = round(self.cfg.demo_starts.fraction * groups) if self.demo_starts is not None else 0
+        kb = 0
+        if self.branch_starts is not None and self.branch_starts.available():
+            kb = min(round(self.cfg.branch_starts.fraction * groups), groups - kd)
         self.from_demo.zero_()
-        if k == 0:
+        self.from_branch.zero_()
+        if kd + kb == 0:
             return seeds
-        ids = torch.arange((groups - k) * g, self.num_envs)  # the last k groups, each sharing one recorded state
-        self.from_demo[ids.to(self.device)] = True
-        return seeds, (ids, self.demo_starts.sample(k).repeat_interleave(g, 0))
+        ids = torch.arange((groups - kd - kb) * g, self.num_envs)  # the last groups, each sharing one recorded state
+        self.from_branch[ids[:kb * g].to(self.device)] = True
+        self.from_demo[ids[kb * g:].to(self.device)] = True
+        rows = [self.branch_starts.sample(kb)] if kb else []
+        rows += [self.demo_starts.sample(kd)] if kd else []
+        return seeds, (ids, torch.cat(rows).repeat_interleave(g, 0))
 
     def _new_rollout(self) -> None:
         self.steps: list[dict[str, torch.Tensor]] = []  # per step: packed obs, action, log_prob, valid
@@ -172,12 +193,20 @@ class SuccessRollouts(Algorithm):
         return cols, cols.pop("valid")
 
     def rollout_log(self, valid: torch.Tensor) -> dict[str, float]:
-        """The rollout's figures (success over the fresh starts); grows the demonstration starts' window."""
-        fresh = self.ended & ~self.from_demo
+        """The rollout's figures (success over the fresh starts); grows the demonstration starts' window and keeps the
+        candidate states of the next rollout's branch starts."""
+        fresh = self.ended & ~self.from_demo & ~self.from_branch
         log = {f"{self.name}/rollout_success": float(self.success[fresh].mean()) if fresh.any() else 0.0,
                f"{self.name}/episode_steps": float(valid.sum())}
         if self.demo_starts is not None:
             log.update(self.demo_starts.update(self.success[self.ended & self.from_demo]))
+        if self.branch_starts is not None:
+            branched = self.ended & self.from_branch
+            if branched.any():
+                log["branch_starts/success"] = float(self.success[branched].mean())
+            source = fresh if self.cfg.branch_starts.source == "all" else fresh & (self.success < 0.5)
+            self.branch_starts.close(valid, source)
+            log["branch_starts/candidates"] = float(self.branch_starts.available())
         return log
 
     def actor(self) -> nn.Module:
@@ -186,7 +215,8 @@ class SuccessRollouts(Algorithm):
     def rollout_state(self) -> dict:
         return {"pi": self.pi.state_dict(), "generator": self.generator.get_state(),
                 "seed_generator": self.seed_generator.get_state(),
-                **({"demo_starts": self.demo_starts.state_dict()} if self.demo_starts is not None else {})}
+                **({"demo_starts": self.demo_starts.state_dict()} if self.demo_starts is not None else {}),
+                **({"branch_starts": self.branch_starts.state_dict()} if self.branch_starts is not None else {})}
 
     def load_rollout_state(self, state: Mapping) -> None:
         self.pi.load_state_dict(state["pi"])
@@ -194,6 +224,8 @@ class SuccessRollouts(Algorithm):
         self.seed_generator.set_state(state["seed_generator"])
         if self.demo_starts is not None and "demo_starts" in state:
             self.demo_starts.load_state_dict(state["demo_starts"])
+        if self.branch_starts is not None and "branch_starts" in state:
+            self.branch_starts.load_state_dict(state["branch_starts"])
 
 
 class GRPO(SuccessRollouts):

@@ -26,7 +26,10 @@ class OnPolicyRunner(Runner):
         elif starts is not None:
             self.collector.reset_seeded(starts)
         ended = None
+        record = getattr(self.algo, "records_env_states", False)  # it may start later rollouts from these states
         for _ in range(self.algo.rollout_length):
+            if record:
+                self.algo.record_env_states(self.collector.env_states())
             tr = self.collect()
             if self.algo.episodic:  # the rollout ends once every env has finished an episode
                 done = tr.terminated | tr.truncated

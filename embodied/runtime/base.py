@@ -97,6 +97,11 @@ class Collector(abc.ABC):
         raise UserError(f"the {type(self).__name__} engine cannot reset its envs from per-env seeds "
                         "(episodic learners such as grpo): use runtime.engine=sync")
 
+    def env_states(self) -> torch.Tensor | None:
+        """``[N, S]`` float64: every env's exact state now (``VecEnv.env_states``), to start envs from later through
+        ``reset_seeded(..., restore)``; None where the engine or the task cannot."""
+        return None
+
     @abc.abstractmethod
     def step(self, act: Callable[[Obs], torch.Tensor], version: int = 0) -> Transition:
         """One batched env step with ``act(obs) -> action [N, act_dim]`` on the learner device. ``version``

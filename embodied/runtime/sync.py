@@ -40,6 +40,9 @@ class SyncCollector(Collector):
             self._obs = self.env.restore_envs(*restore)
         self.stats.reset()
 
+    def env_states(self) -> torch.Tensor | None:
+        return self.env.env_states()
+
     def step(self, act: Callable[[Obs], torch.Tensor], version: int = 0) -> Transition:
         obs = to_device(self._obs, self.learner_device)
         action, extras = split_act(act(obs))
