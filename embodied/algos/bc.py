@@ -74,6 +74,38 @@ def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float 
     return moved[episode], onto[episode]
 
 
+def state_noise_scale(obs: torch.Tensor, layout, scale: float) -> torch.Tensor:
+    """``[D]``: ``scale`` times each state entry's standard deviation over ``obs [T, D]``; 0 on images and the
+    instruction (a task without a layout: every entry). The std of cloning's Gaussian input noise (``obs_noise``)."""
+    from embodied.vla.build import state_terms
+
+    std = obs.std(0) if obs.shape[0] > 1 else torch.zeros(obs.shape[1], device=obs.device)
+    if layout is None or "policy" not in layout.observation:
+        return scale * std
+    keep = torch.zeros_like(std)
+    for start, size, _ in state_terms(layout):
+        keep[start:start + size] = 1.0
+    return scale * std * keep
+
+
+def episode_grounding(policy, obs: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
+    """``[T, 2]``: the labels of a pointer policy's first two pointers on steps ``obs [T, D]`` of whole episodes
+    (``episode [T]``, contiguous): what each episode moved and what it came to rest on (``grounding_labels``)."""
+    position = policy.pointers.entities(policy.split(obs)[0])
+    return torch.stack(grounding_labels(position, episode), 1)
+
+
+def grounding_loss(policy, obs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """The first two pointers' cross-entropy against ``labels [B, 2]`` (-1: unknown, ignored), averaged over the
+    known ones, and its figures (``ground_loss``, ``ground_hit``: the share of known labels the argmax hits)."""
+    logits = policy.pointer_logits(obs)[:, :2]
+    known = (labels >= 0).sum().clamp_min(1)  # a batch without labels adds nothing
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-1,
+                                       reduction="sum") / known
+    hit = float(((logits.argmax(-1) == labels) & (labels >= 0)).sum() / known)
+    return loss, {"ground_loss": float(loss.detach()), "ground_hit": hit}
+
+
 def chunk_targets(action: torch.Tensor, episode: torch.Tensor, chunk: int) -> torch.Tensor:
     """``[T, chunk, act_dim]``: for each step of a flat dataset (``episode [T]``: each step's episode index, episodes
     contiguous) the actions of it and the ``chunk - 1`` steps after it, the episode's last action repeated past its
@@ -155,31 +187,17 @@ class BC(Algorithm):
         if cfg.ground > 0 and getattr(self.pi, "pointers", None) is None:  # an image policy: no pointers
             print("bc.ground: the policy has no entity pointers (image input): no grounding loss", file=sys.stderr)
         elif cfg.ground > 0:  # [T, 2] labels of the two first pointers
-            position = self.pi.pointers.entities(self.pi.split(obs)[0])
-            self.ground = torch.stack(grounding_labels(position, episode.to(self.device)), 1)[~val]
+            self.ground = episode_grounding(self.pi, obs, episode.to(self.device))[~val]
         # camera entries kept as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), unpacked per minibatch
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
         self.obs, self.action = self.packer.pack(obs[~val]), action[~val]
         self.val_obs, self.val_action = self.packer.pack(obs[val]), action[val]
-        self.noise_scale = self._noise_scale(obs[~val], ctx.layout) if cfg.obs_noise > 0 else None
+        self.noise_scale = state_noise_scale(obs[~val], ctx.layout, cfg.obs_noise) if cfg.obs_noise > 0 else None
         del obs
         self.num_updates = 0
         self._val_loss = float("nan")
         self.label_smoothing, self.label_sigma = p.vla.label_smoothing, p.vla.label_sigma
         self.text_noise = p.vla.text_noise
-
-    def _noise_scale(self, obs: torch.Tensor, layout) -> torch.Tensor:
-        """``obs_noise`` times each state entry's standard deviation over the training rows; 0 on images and the
-        instruction (a task without a layout: every entry)."""
-        from embodied.vla.build import state_terms
-
-        std = obs.std(0) if obs.shape[0] > 1 else torch.zeros(obs.shape[1], device=obs.device)
-        if layout is None or "policy" not in layout.observation:
-            return self.cfg.obs_noise * std
-        keep = torch.zeros_like(std)
-        for start, size, _ in state_terms(layout):
-            keep[start:start + size] = 1.0
-        return self.cfg.obs_noise * std * keep
 
     def act(self, obs: Obs) -> torch.Tensor:
         return self.pi.act(obs["policy"])
@@ -196,13 +214,8 @@ class BC(Algorithm):
         loss = self.loss(obs, self.action[idx])
         extra = {}
         if self.ground is not None:
-            logits = self.pi.pointer_logits(obs)[:, :2]
-            labels = self.ground[idx]
-            known = (labels >= 0).sum().clamp_min(1)  # a batch without labels adds nothing
-            ground = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                                 ignore_index=-1, reduction="sum") / known
-            extra = {"bc/ground_loss": float(ground.detach()),
-                     "bc/ground_hit": float(((logits.argmax(-1) == labels) & (labels >= 0)).sum() / known)}
+            ground, figures = grounding_loss(self.pi, obs, self.ground[idx])
+            extra = {f"bc/{k}": v for k, v in figures.items()}
             loss = loss + self.cfg.ground * ground
         self.opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 
@@ -15,10 +16,15 @@ class DemoLoss:
 
     With ``capacity`` > 0 it is also a pool that grows: ``extend`` adds episodes (a learner's own, e.g. the successful
     rollouts of filtered BC) to a ring of the newest ``capacity`` steps kept beside the dataset, and minibatches are
-    drawn uniformly over both."""
+    drawn uniformly over both.
+
+    BC's regularizers, so that fine-tuning clones with the loss the policy was cloned with: ``obs_noise`` (Gaussian
+    noise on the state entries, in standard deviations of the dataset's) and ``ground`` (a pointer policy's grounding
+    cross-entropy, its labels read off every episode, the dataset's and each added one: ``bc.episode_grounding``)."""
 
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
-                 what: str, layout=None, capacity: int = 0, demo_ratio: float | None = None):
+                 what: str, layout=None, capacity: int = 0, demo_ratio: float | None = None, obs_noise: float = 0.0,
+                 ground: float = 0.0):
         from embodied.datasets import read_transitions
 
         if not path:
@@ -30,28 +36,52 @@ class DemoLoss:
             raise UserError(f"the dataset {path} has {data['state'].shape[1]} observation entries per step; the task "
                             f"has {obs_dim}")
         episode = torch.cumsum(data["initial"].long(), 0) - 1
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio)
-        self.obs = self.packer.pack(data["state"].to(device))
-        self.target = self._targets(data["action"].to(device), episode.to(device))
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground)
+        state = data["state"].to(device)
+        self.data = {**self.packer.pack(state), "target": self._targets(data["action"].to(device), episode.to(device))}
+        if self.ground:
+            self.data["ground"] = self._labels(state, episode.to(device))
+        if obs_noise > 0:
+            self.noise_scale = state_noise_scale(state, layout, obs_noise)
 
     @classmethod
     def empty(cls, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int, layout=None,
-              capacity: int = 1) -> DemoLoss:
-        """A pool without demonstrations, filled by ``extend`` alone."""
+              capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0) -> DemoLoss:
+        """A pool without demonstrations, filled by ``extend`` alone (the noise's scale from the first steps added)."""
         self = cls.__new__(cls)
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity)
-        self.obs = self.packer.pack(torch.zeros(0, obs_dim, device=device))
-        self.target = torch.zeros(0, self.horizon, 0, device=device)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground)
+        self.data = {**self.packer.pack(torch.zeros(0, obs_dim, device=device)),
+                     "target": torch.zeros(0, self.horizon, 0, device=device)}
+        if self.ground:
+            self.data["ground"] = torch.zeros(0, 2, dtype=torch.long, device=device)
         return self
 
-    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio=None) -> None:
+    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground) -> None:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
         self.demo_ratio = demo_ratio  # the dataset's share of a minibatch beside added steps (None: uniform)
-        self.ring: dict[str, torch.Tensor] = {}  # the added steps' packed observations and "target", [capacity, ...]
+        self.layout, self.obs_noise = layout, obs_noise
+        self.noise_scale: torch.Tensor | None = None
+        # a policy without entity pointers (an image policy) has nothing to ground
+        self.ground = ground if getattr(policy, "pointers", None) is not None else 0.0
+        self.policy = policy
+        self.ring: dict[str, torch.Tensor] = {}  # the added steps' packed observations, "target" (and "ground")
         self.filled = 0  # rows of the ring in use
         self.added = 0  # steps ever added (the next row written is added % capacity)
+
+    @torch.no_grad()
+    def _labels(self, state: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
+        return episode_grounding(self.policy, state, episode)
+
+    @property
+    def obs(self) -> dict[str, torch.Tensor]:
+        """The dataset's packed observations."""
+        return {k: v for k, v in self.data.items() if k not in ("target", "ground")}
+
+    @property
+    def target(self) -> torch.Tensor:
+        return self.data["target"]
 
     def _targets(self, action: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
         from embodied.algos.bc import chunk_targets
@@ -71,8 +101,15 @@ class DemoLoss:
             raise ValueError("this DemoLoss was built without a capacity for added steps")
         change = torch.ones_like(episode, dtype=torch.long)
         change[1:] = (episode[1:] != episode[:-1]).long()
-        rows = {**obs, "target": self._targets(action, change.cumsum(0) - 1)}  # episodes numbered 0, 1, ...
+        numbered = change.cumsum(0) - 1  # episodes numbered 0, 1, ...
+        rows = {**obs, "target": self._targets(action, numbered)}
         m = rows["target"].shape[0]
+        if self.ground or (self.obs_noise > 0 and self.noise_scale is None):
+            state = self.packer.unpack_rows(obs, torch.arange(m, device=numbered.device))
+            if self.ground:
+                rows["ground"] = self._labels(state, numbered)
+            if self.obs_noise > 0 and self.noise_scale is None:
+                self.noise_scale = state_noise_scale(state, self.layout, self.obs_noise)
         if m > self.capacity:  # only the newest capacity steps could stay
             rows, m = {k: v[-self.capacity:] for k, v in rows.items()}, self.capacity
         if not self.ring:
@@ -87,12 +124,17 @@ class DemoLoss:
         """A minibatch ``(obs, target)`` drawn uniformly over the dataset's and the added steps, or with
         ``demo_ratio`` set, that fraction of it from the dataset and the rest from the added steps (RLPD's symmetric
         sampling: the demonstrations keep their weight however many steps are added)."""
+        rows = self._draw(generator)
+        return self.packer.unpack_rows(rows, slice(None)), rows["target"]
+
+    def _draw(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """A minibatch's rows (packed observations, ``target``, ``ground``)."""
         n_data = self.target.shape[0]
         j = torch.randint(self.size, (self.batch_size,), generator=generator, device=generator.device)
         if not self.filled:
-            return self.packer.unpack_rows(self.obs, j), self.target[j]
+            return {k: v[j] for k, v in self.data.items()}
         if not n_data:
-            return self.packer.unpack_rows(self.ring, j), self.ring["target"][j]
+            return {k: v[j] for k, v in self.ring.items()}
         if self.demo_ratio is None:
             ring = j >= n_data
             j_data, j_ring = j[~ring], j[ring] - n_data
@@ -100,14 +142,19 @@ class DemoLoss:
             k = round(self.demo_ratio * self.batch_size)
             j_data = torch.randint(n_data, (k,), generator=generator, device=generator.device)
             j_ring = torch.randint(self.filled, (self.batch_size - k,), generator=generator, device=generator.device)
-        obs = torch.cat([self.packer.unpack_rows(self.obs, j_data), self.packer.unpack_rows(self.ring, j_ring)])
-        return obs, torch.cat([self.target[j_data], self.ring["target"][j_ring]])
+        return {k: torch.cat([self.data[k][j_data], self.ring[k][j_ring]]) for k in self.data}
 
     def __call__(self, policy: torch.nn.Module, generator: torch.Generator) -> torch.Tensor:
-        obs, target = self.sample(generator)
-        if hasattr(policy, "bc_loss"):
-            return policy.bc_loss(obs, target)
-        return ((policy(obs) - target[:, 0]) ** 2).mean()
+        rows = self._draw(generator)
+        obs, target = self.packer.unpack_rows(rows, slice(None)), rows["target"]
+        if self.noise_scale is not None:
+            obs = obs + torch.randn(obs.shape, generator=generator, device=obs.device) * self.noise_scale
+        if not hasattr(policy, "bc_loss"):
+            return ((policy(obs) - target[:, 0]) ** 2).mean()
+        loss = policy.bc_loss(obs, target)
+        if self.ground:
+            loss = loss + self.ground * grounding_loss(policy, obs, rows["ground"])[0]
+        return loss
 
     def state_dict(self) -> dict:
         """The added steps (the dataset is read again from its path)."""

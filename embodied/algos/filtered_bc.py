@@ -45,6 +45,10 @@ class FilteredBCConfig:
     # the demonstrations' share of every minibatch once rollout steps joined the pool (RLPD's 0.5); None: uniform over
     # the pool, where the demonstrations' share falls as the pool grows (13k of 60k steps after 300k env steps)
     demo_ratio: float | None = None
+    # BC's regularizers (bc.obs_noise, bc.ground), so that the clone is fine-tuned with the loss it was cloned with
+    # (mini-libero's config sets both as its BC's): without the grounding loss the pointers learn from the actions alone
+    obs_noise: float = 0.0
+    ground: float = 0.0
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
@@ -58,6 +62,8 @@ class FilteredBC(SuccessRollouts):
         cls.check("filtered-bc", ctx, cfg.group_size, cfg.temperature, min_group=1)
         if cfg.batch_size < 1 or cfg.grad_steps < 0 or cfg.capacity < 1 or not cfg.lr > 0:
             raise UserError("filtered-bc: batch_size >= 1, grad_steps >= 0, capacity >= 1 and lr > 0")
+        if not (cfg.obs_noise >= 0 and cfg.ground >= 0):
+            raise UserError(f"filtered-bc: obs_noise and ground >= 0, got {cfg.obs_noise}, {cfg.ground}")
         if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
             raise UserError(f"filtered-bc.keep is won or mixed (mixed needs group_size >= 2); got {cfg.keep!r} with "
                             f"group_size {cfg.group_size}")
@@ -67,9 +73,10 @@ class FilteredBC(SuccessRollouts):
         super().__init__(cfg, ctx)
         obs_dim = ctx.obs_space["policy"].shape[0]
         self.opt = torch.optim.AdamW(self.pi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
-                             capacity=cfg.capacity, demo_ratio=cfg.demo_ratio) if ctx.data else \
-            DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity)
+                             capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
+            DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)
         self.num_updates = 0
 
     def close_rollout(self) -> dict[str, float]:

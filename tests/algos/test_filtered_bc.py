@@ -117,3 +117,37 @@ def test_filtered_bc_learns_point_reach_and_checkpoints_its_pool(tmp_path):
 
     state = load_checkpoint(run_dir)
     assert state["algo"]["pool"]["filled"] > 0  # the pool is in the checkpoint
+
+
+def test_the_pool_clones_with_bcs_noise_and_grounding(tmp_path, minilm):
+    """``filtered-bc.ground`` / ``obs_noise``: the pool's loss is BC's, exactly: the cloning loss on noisy states plus
+    the pointers' grounding cross-entropy, its labels read off each episode, the dataset's and each added one."""
+    from embodied.algos.base import BuildContext
+    from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.config import PolicyConfig, VLAConfig
+    from embodied.datasets import collect_demos, read_transitions
+
+    collect_demos("mini-libero", 3, tmp_path / "d", num_envs=3, seed=0)
+    env = embodied.make_env("mini-libero", num_envs=4, seed=0)
+    ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
+                       PolicyConfig(arch="vla", vla=VLAConfig(state_encoder="pointers", head="continuous")),
+                       layout=env.layout(), success_metric="success", data=str(tmp_path / "d"))
+    algo = FilteredBC(FilteredBCConfig(ground=1.0, obs_noise=0.05), ctx)
+    pool, pi = algo.pool, algo.pi
+    data = read_transitions(tmp_path / "d", ["policy"])
+    episode = torch.cumsum(data["initial"].long(), 0) - 1
+    labels = episode_grounding(pi, data["state"], episode)
+    assert torch.equal(pool.data["ground"], labels)
+    assert (labels[:, 0] >= 0).all()  # the expert moved a cube in every episode
+    assert torch.equal(pool.noise_scale, state_noise_scale(data["state"], env.layout(), 0.05))
+    first = episode == 0  # the first episode again, as a rollout's
+    pool.extend({"obs": data["state"][first]}, data["action"][first], torch.zeros(int(first.sum()), dtype=torch.long))
+    assert torch.equal(pool.ring["ground"][:int(first.sum())], labels[first])
+    g = torch.Generator().manual_seed(3)
+    loss = pool(pi, g)
+    g.manual_seed(3)
+    rows = pool._draw(g)
+    obs = rows["obs"] + torch.randn(rows["obs"].shape, generator=g) * pool.noise_scale
+    expected = pi.bc_loss(obs, rows["target"]) + grounding_loss(pi, obs, rows["ground"])[0]
+    assert torch.allclose(loss, expected)
