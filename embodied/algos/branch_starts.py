@@ -9,7 +9,11 @@ state, as new episodes with the task's whole step budget). Filtered BC then clon
 the policy had failed: its own corrections, in the states it fails in (TRPO's "vine" rollouts branch from visited
 states for the same credit; Go-Explore restarts from them). GRPO's groups from one such state compare continuations
 of the same situation, so the advantage falls on the actions taken from there on. Evaluation always starts fresh,
-and the rollout's success figure counts fresh starts only."""
+and the rollout's success figure counts fresh starts only.
+
+Measured (mini-libero, filtered BC from a 75.4% clone of 10 demonstrations per task, seed 0, 300k steps, fraction 0.5):
+episodes from failed states succeeded 10-13% of the time (the clone's failures are systematic, not bad luck), and the
+run ended at 60.8% against 70.0% without branch starts: off by default."""
 
 from __future__ import annotations
 
