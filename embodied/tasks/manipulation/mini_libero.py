@@ -176,7 +176,6 @@ class MiniLiberoEnv(TabletopEnv):
         self.target = torch.zeros(n, dtype=torch.long)  # the cube to move (colour index)
         self.support = torch.zeros(n, dtype=torch.long)  # index into SUPPORTS, -1: lift
         self.instruction_row = torch.zeros(n, dtype=torch.long)
-        self.start_xy = torch.zeros(n, 2, dtype=F64)  # the target cube's start (a lift's goal is above it)
         self.cubes_xy = torch.zeros(n, 4, 2, dtype=F64)  # where each cube stood at the episode's start
         self.surface_xy = torch.zeros(n, 2, 2, dtype=F64)  # plate and tray centres
         super().__init__(cfg, num_envs, device, seed)
@@ -226,7 +225,8 @@ class MiniLiberoEnv(TabletopEnv):
         xy = torch.where(on_cube[:, None], cube_top[:, :2], surface)
         z = torch.where(on_cube, cube_top[:, 2] + 2 * CUBE, torch.full_like(cube_top[:, 2], 2 * PLATE[2] + CUBE))
         goal = torch.cat([xy, z[:, None]], 1)
-        lift = torch.cat([self.start_xy, torch.full((self.num_envs, 1), LIFT_GOAL, dtype=F64)], 1)
+        start = self.cubes_xy[rows, self.target]  # the target cube's start: a lift's goal is above it
+        lift = torch.cat([start, torch.full((self.num_envs, 1), LIFT_GOAL, dtype=F64)], 1)
         return torch.where((self.support < 0)[:, None], lift, goal)
 
     def _success(self) -> torch.Tensor:
@@ -269,7 +269,6 @@ class MiniLiberoEnv(TabletopEnv):
                               for t in tid]) if k else torch.zeros(0, dtype=torch.long)
         self.task_id[env_ids], self.target[env_ids], self.support[env_ids] = tid, target, self.t_support[tid]
         self.instruction_row[env_ids] = phrase
-        self.start_xy[env_ids] = xy[torch.arange(k), target]
         self.cubes_xy[env_ids] = xy
         self.surface_xy[env_ids] = surfaces
         self._place_goal(env_ids)
@@ -374,7 +373,7 @@ class MiniLiberoEnv(TabletopEnv):
                       extras={"instructions": self.instructions.texts})
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
-        return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "start_xy", "cubes_xy",
+        return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "cubes_xy",
                 "surface_xy")
 
 
