@@ -35,9 +35,7 @@ class BranchStarts:
     """The current rollout's recorded states and the candidates the last rollout left."""
 
     def __init__(self, cfg: BranchStartsConfig, seed: int):
-        if cfg.source not in ("failed", "all"):
-            raise UserError(f"branch_starts.source is failed or all, got {cfg.source!r}")
-        self.cfg = cfg
+        self.cfg = cfg  # its source checked with the learner's settings (SuccessRollouts.check)
         self.rows: list[torch.Tensor] = []  # per step of this rollout: [N, S] before the step
         self.candidates = torch.zeros(0, 0, dtype=torch.float64)  # [M, S]
         self.generator = torch.Generator().manual_seed(seed + 15_485_863)

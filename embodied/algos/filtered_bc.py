@@ -59,11 +59,9 @@ class FilteredBC(SuccessRollouts):
 
     @classmethod
     def build(cls, cfg: FilteredBCConfig, ctx: BuildContext) -> FilteredBC:
-        cls.check("filtered-bc", ctx, cfg.group_size, cfg.temperature, min_group=1)
+        cls.check("filtered-bc", ctx, cfg, min_group=1)
         if cfg.batch_size < 1 or cfg.grad_steps < 0 or cfg.capacity < 1 or not cfg.lr > 0:
             raise UserError("filtered-bc: batch_size >= 1, grad_steps >= 0, capacity >= 1 and lr > 0")
-        if not (cfg.obs_noise >= 0 and cfg.ground >= 0):
-            raise UserError(f"filtered-bc: obs_noise and ground >= 0, got {cfg.obs_noise}, {cfg.ground}")
         if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
             raise UserError(f"filtered-bc.keep is won or mixed (mixed needs group_size >= 2); got {cfg.keep!r} with "
                             f"group_size {cfg.group_size}")

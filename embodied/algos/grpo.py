@@ -107,8 +107,9 @@ class SuccessRollouts(Algorithm):
         self._new_rollout()
 
     @staticmethod
-    def check(name: str, ctx: BuildContext, group_size: int, temperature: float, min_group: int = 2) -> None:
-        """One clear line for settings the rollouts cannot run with."""
+    def check(name: str, ctx: BuildContext, cfg, min_group: int = 2) -> None:
+        """One clear line for settings the rollouts cannot run with (before the policy is built)."""
+        group_size, temperature = cfg.group_size, cfg.temperature
         if not isinstance(ctx.action_space, gym.spaces.Box):
             raise UserError(f"{name} needs continuous (Box) actions")
         if group_size < min_group or ctx.num_envs % group_size:
@@ -118,6 +119,8 @@ class SuccessRollouts(Algorithm):
             raise UserError(f"{name} rewards success: the task must report one (TaskSpec.success_metric)")
         if not temperature > 0:
             raise UserError(f"{name}: temperature > 0, got {temperature}")
+        if cfg.branch_starts.source not in ("failed", "all"):
+            raise UserError(f"{name}.branch_starts.source is failed or all, got {cfg.branch_starts.source!r}")
 
     @property
     def rollout_length(self) -> int:
@@ -234,7 +237,7 @@ class GRPO(SuccessRollouts):
 
     @classmethod
     def build(cls, cfg: GRPOConfig, ctx: BuildContext) -> GRPO:
-        cls.check("grpo", ctx, cfg.group_size, cfg.temperature)
+        cls.check("grpo", ctx, cfg)
         if cfg.clip_low < 0 or cfg.clip_high < 0 or cfg.minibatch_tokens < 1:
             raise UserError("grpo: clip_low and clip_high >= 0, minibatch_tokens >= 1")
         return cls(cfg, ctx)

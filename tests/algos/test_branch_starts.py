@@ -32,8 +32,6 @@ def test_the_candidates_are_the_steps_of_the_chosen_episodes():
     assert bs.available() == 0
     with pytest.raises(UserError, match="cannot record"):
         bs.record(None)
-    with pytest.raises(UserError, match="failed or all"):
-        BranchStarts(BranchStartsConfig(fraction=0.5, source="some"), seed=0)
 
 
 def _rollout(algo, collector):
@@ -99,3 +97,8 @@ def test_the_cli_trains_with_branch_starts_and_rejects_a_bad_fraction(minilm, tm
     code = main(["train", "--task", "mini-libero", "--run-dir", str(tmp_path / "bad"), "algo=grpo", "num_envs=8",
                  "grpo.branch_starts.fraction=1.5", "log.progress=false"])
     assert code == 2 and "grpo.branch_starts.fraction must be in [0, 1]" in capsys.readouterr().err
+    code = main(["train", "--task", "mini-libero", "--run-dir", str(tmp_path / "bad"), "algo=filtered-bc", "num_envs=8",
+                 "filtered-bc.branch_starts.fraction=0.5", "filtered-bc.branch_starts.source=some",
+                 "log.progress=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["error: filtered-bc.branch_starts.source is failed or all, got 'some'"]  # one line
