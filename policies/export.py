@@ -115,6 +115,7 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     if isinstance(actor, EnsembleActor):
         return ensemble_program(actor)
     if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual
+        _plain_input(actor)
         if chunk_spec(actor.base) is not None:
             raise UserError("a residual over an action-chunked base is two programs (the base's chunk queue sits "
                             "between the networks): program(actor.base) and residual_program(actor)")
@@ -182,6 +183,11 @@ def ensemble_program(actor: EnsembleActor) -> tuple[list[Op], int]:
     return [*ops, Op("dense", {"W": eye, "b": np.zeros(act_dim, np.float32)})], obs_dim
 
 
+def _plain_input(actor: ResidualActor) -> None:
+    if actor.reads != "obs":
+        raise UserError(f"export has no program for a residual that reads its base's {actor.reads} view")
+
+
 def _residual_add(actor: ResidualActor) -> Op:
     return Op("residual_add", attrs={"index": 1, "scale": actor.scale, "limit": actor.limit})
 
@@ -190,6 +196,7 @@ def residual_program(actor: ResidualActor) -> tuple[list[Op], int]:
     """The second of a residual's two programs where its base is action-chunked (the base's own program gives the
     chunk and a runner's queue picks the action ``b``): ``[obs, b] -> clip(b + clip(scale r, -limit, limit), -1,
     1)`` with ``r`` the residual on ``[obs, b]``, and its input size (``obs_dim + act_dim``)."""
+    _plain_input(actor)
     residual, in_dim = program(actor.residual)
     act_dim = int(actor.residual.init_kwargs["act_dim"])
     obs_dim = in_dim - act_dim

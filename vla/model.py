@@ -174,6 +174,12 @@ class EntityPointers(nn.Module):
         """``[B, entities, 3]``: the first three entries of each entity (a pose term's position)."""
         return torch.cat([p[..., :3] for p in self._parts(state)], 1)
 
+    def padded_entries(self, state: torch.Tensor) -> torch.Tensor:
+        """``[B, entities, width]``: every entity's entries in ``attention``'s order, zero-padded to the widest kind."""
+        parts = self._parts(state)
+        width = max(p.shape[-1] for p in parts)
+        return torch.cat([nn.functional.pad(p, (0, width - p.shape[-1])) for p in parts], 1)
+
     def attention(self, state: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, pointers, entities]`` logits and ``[B, entities, dim]`` values."""
         parts = self._parts(state)
@@ -285,6 +291,17 @@ class VLAPolicy(ChunkQueue, nn.Module):
         state, text, _ = self.split(obs)
         state = self.normalizer(state)
         return self.pointers.attention(state, text)[0]
+
+    def grounded(self, obs: torch.Tensor) -> torch.Tensor:
+        """The scene as the instruction names it, in plain state units: the state entries outside the entities (the
+        proprioception), then for each of the first two pointers (what to move, where it goes) the mixture of the
+        entities' raw entries under its attention (``EntityPointers.padded_entries``; a sharp pointer: that object's
+        entries). What a learner that cannot read instructions (a residual MLP) needs to act on the named objects."""
+        if self.pointers is None:
+            raise ValueError("grounded needs entity pointers (state_encoder=pointers)")
+        raw, text, _ = self.split(obs)
+        weights = torch.softmax(self.pointers.attention(self.normalizer(raw), text)[0][:, :2], -1)
+        return torch.cat([raw[:, self.context_idx], (weights @ self.pointers.padded_entries(raw)).flatten(1)], 1)
 
     def fit_action_range(self, actions: torch.Tensor, quantile: float = 0.01) -> None:
         """Percentile normalization of the token head from a dataset's actions ``[..., act_dim]`` (OpenVLA's)."""

@@ -45,6 +45,7 @@ class ResidualPPOConfig(PPOConfig):
     target_kl: float | None = 0.1
     gamma: float = 0.999
     value_coef: float = 1.0
+    reads: str = "obs"  # what the residual reads besides the base action: obs, or grounded (ResidualOffPolicyConfig)
 
 
 @dataclass
@@ -71,6 +72,11 @@ class ResidualOffPolicyConfig:
     # residual_penalty * mean|Q| * mean(r^2) (r the residual in [-1, 1]), so the residual grows only where the
     # critic's gain outweighs it (without it, dimensions the task ignores drift to |r| ~ 0.5); 0: none
     residual_penalty: float = 0.2
+    # what the residual reads besides the base action: obs (the task's policy observation), or grounded: the base's
+    # view of the objects its instruction names (a VLA with entity pointers: the proprioception and the entries of
+    # the objects its first two pointers pick; ``VLAPolicy.grounded``): an MLP residual over a multi-task
+    # language-conditioned base cannot tell from the observation which cube the instruction means
+    reads: str = "obs"
 
 
 @dataclass
@@ -154,7 +160,8 @@ class Residual:
             _check_per_dimension(cls.name, key, getattr(cfg, key), act_dim)
         base = load_base(ctx.base, obs_dim, act_dim)
         spaces = dict(ctx.obs_space.spaces)
-        spaces["policy"] = gym.spaces.Box(-np.inf, np.inf, (obs_dim + act_dim,), np.float32)
+        spaces["policy"] = gym.spaces.Box(-np.inf, np.inf, (cls._input_dim(cfg, base, obs_dim) + act_dim,),
+                                          np.float32)
         # the critic reads the task's critic observation (or the policy's); a Q critic also the base action: the env
         # acts b + scale * r, so with b in its input a critic of (s, r) need not learn the base's function
         extra = act_dim if cls.critic_reads_base else 0
@@ -163,10 +170,27 @@ class Residual:
         # VLA: that names the base's kind, which the base's own checkpoint records)
         policy = dataclasses.replace(ctx.policy, arch="mlp")
         algo = super().build(cfg, dataclasses.replace(ctx, obs_space=gym.spaces.Dict(spaces), policy=policy))
+        algo.task_obs_dim = obs_dim
         algo._attach(base, act_dim)
         if hasattr(algo, "load_demos"):  # an off-policy residual's demonstration rows need the base: loaded now
             algo.load_demos(ctx.data)
         return algo
+
+    @classmethod
+    def _input_dim(cls, cfg, base: dict, obs_dim: int) -> int:
+        """What the residual reads besides the base action: the observation's size, or the base's grounded view's."""
+        if cfg.reads == "obs":
+            return obs_dim
+        if cfg.reads != "grounded":
+            raise UserError(f"{cls.name}.reads is obs or grounded, got {cfg.reads!r}")
+        from embodied.policies import build_policy
+
+        probe = build_policy(base["spec"])
+        if getattr(probe, "pointers", None) is None:
+            raise UserError(f"{cls.name}.reads=grounded needs a base that points at the objects its instruction "
+                            "names (policy.arch=vla policy.vla.state_encoder=pointers)")
+        with torch.no_grad():
+            return int(probe.grounded(torch.zeros(1, obs_dim)).shape[1])
 
     demos_at_build = False
 
@@ -179,7 +203,8 @@ class Residual:
         with torch.no_grad():  # the residual's mean starts at exactly zero (a squashed actor's log-std rows stay)
             last.weight[:act_dim].zero_()
             last.bias[:act_dim].zero_()
-        self.combined = ResidualActor(base["spec"], policy_spec(self.pi), self.cfg.scale, self.cfg.limit)
+        self.combined = ResidualActor(base["spec"], policy_spec(self.pi), self.cfg.scale, self.cfg.limit,
+                                      self.cfg.reads)
         self.combined.base.load_state_dict(base["state"])
         # one module: what the learner trains (or, with deploy_average, its average) is what the combined policy runs
         self.combined.residual = self.pi if getattr(self, "pi_average", None) is None else self.pi_average
@@ -191,24 +216,25 @@ class Residual:
         if b is None:
             b = self.combined.base_action(obs["policy"], peek=True)
         critic = torch.cat([critic_obs(obs), b], -1) if self.critic_reads_base else critic_obs(obs)
-        return {**obs, "policy": torch.cat([obs["policy"], b], -1), "critic": critic}, b
+        return {**obs, "policy": self.combined.residual_input(obs["policy"], b), "critic": critic}, b
 
     @torch.no_grad()
     def _demo_rows(self, obs, cobs, action, next_obs, next_cobs) -> tuple[torch.Tensor, ...]:
         """Demonstration rows in the residual's MDP: ``[obs, b]`` with ``b`` the base's action from ``obs``
         (``start_action``), and the residual that turns ``b`` into the demonstrated action as far as the bound lets
         it: ``r = clip((a - b) / scale, -limit / scale, limit / scale)``, within [-1, 1]."""
-        task_dim = self._head_dims[0] - self.act_dim  # the residual reads [obs, b]
-        if obs.shape[1] != task_dim:
+        if obs.shape[1] != self.task_obs_dim:
             raise UserError(f"the demonstrations have {obs.shape[1]} observation entries per step; the base policy "
-                            f"reads {task_dim}")
+                            f"reads {self.task_obs_dim}")
         scale, limit = self.combined._scale.to(obs.device), self.combined._limit.to(obs.device)
         b, next_b = (self.combined.start_action(o.to(self.device)).to(obs.device) for o in (obs, next_obs))
         bound = limit / scale
         r = torch.maximum(torch.minimum((action - b) / scale, bound), -bound).clamp(-1.0, 1.0)
         if self.critic_reads_base:
             cobs, next_cobs = torch.cat([cobs, b], -1), torch.cat([next_cobs, next_b], -1)
-        return torch.cat([obs, b], -1), cobs, r, torch.cat([next_obs, next_b], -1), next_cobs
+        inputs = (self.combined.residual_input(o.to(self.device), a.to(self.device)).to(obs.device)
+                  for o, a in ((obs, b), (next_obs, next_b)))
+        return next(inputs), cobs, r, next(inputs), next_cobs
 
     @torch.no_grad()
     def act(self, obs: Obs):

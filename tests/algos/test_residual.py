@@ -251,3 +251,45 @@ def test_demonstrations_in_replay_as_exact_rows(weak_base, tmp_path):
     with pytest.raises(UserError, match="no dataset"):
         train(load_config("target", None, [*QUIET, "algo=residual-sac", f"base={weak_base}", "total_steps=64",
                                            "residual-sac.demo_ratio=0.5", f"data={tmp_path / 'none'}"]), tmp_path / "x")
+
+
+def test_a_grounded_residual_reads_what_its_vla_base_points_at(weak_base, tmp_path, minilm):
+    """``reads=grounded``: over a pointer VLA (mini-libero's clone) the residual reads ``[base.grounded(obs), b]``
+    (the proprioception and the pointed objects' entries), not the instruction's 384 entries; it starts as the base
+    exactly, trains, and its demonstration rows are in that view; a base without pointers is a one-line error."""
+    from embodied.checkpoint import load_checkpoint
+    from embodied.datasets import collect_demos, read_transitions
+    from embodied.train import build
+
+    collect_demos("mini-libero", 2, tmp_path / "d", num_envs=2, seed=0)
+    bc, _ = train(load_config("mini-libero", None, [*QUIET, "algo=bc", f"data={tmp_path / 'd'}", "total_steps=20",
+                                                    "num_envs=4", "log.eval_every=0", "log.eval_episodes=4"]),
+                  tmp_path / "bc")
+    over = [*QUIET, f"base={bc}", "num_envs=4", "log.eval_every=0", "log.eval_episodes=4"]
+    cfg = load_config("mini-libero", None, [*over, "algo=residual-td3", "residual-td3.reads=grounded",
+                                            "residual-td3.warmup_steps=8", "residual-td3.batch_size=8",
+                                            f"data={tmp_path / 'd'}", "residual-td3.demo_ratio=0.5",
+                                            "total_steps=40"])
+    (tmp_path / "probe").mkdir()
+    runner = build(cfg, tmp_path / "probe")
+    algo, base = runner.algo, embodied.load_policy(bc)
+    obs, _ = runner.collector.env.reset(seed=5)
+    with torch.no_grad():
+        view = base.actor.grounded(obs["policy"])
+    assert view.shape[1] == 10 + 2 * 10  # grip (3), rotation (6), fingers (1); two cubes' 10 entries
+    aug, b = algo._augment(obs)
+    assert torch.equal(aug["policy"], torch.cat([view, b], 1)) and torch.equal(b, base.act(obs["policy"]))
+    assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
+    rows = read_transitions(tmp_path / "d", ["policy"])
+    assert torch.allclose(algo.demos.storage[:, algo.demos.slices["obs"]],
+                          torch.cat([base.actor.grounded(rows["state"]).detach(), base.act(rows["state"])], 1), atol=1e-6)
+    runner.collector.close()
+    run, _ = train(cfg, tmp_path / "residual")
+    assert load_checkpoint(run)["policy"]["spec"]["kwargs"]["reads"] == "grounded"
+    assert embodied.load_policy(run).act(obs["policy"]).shape == (4, 7)
+    with pytest.raises(UserError, match="reads=grounded needs a base that points"):
+        train(load_config("target", None, [*QUIET, "algo=residual-sac", f"base={weak_base}", "total_steps=64",
+                                           "residual-sac.reads=grounded"]), tmp_path / "a")
+    with pytest.raises(UserError, match="reads is obs or grounded"):
+        train(load_config("target", None, [*QUIET, "algo=residual-ppo", f"base={weak_base}", "total_steps=64",
+                                           "residual-ppo.reads=view"]), tmp_path / "b")

@@ -102,6 +102,38 @@ def test_pointer_vla_reads_the_objects_only_through_its_pointers():
         VLAPolicy(obs_dim, 2, [11, TEXT], terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1]], state_encoder="graph")
 
 
+def test_grounded_view_is_the_proprioception_and_the_entries_of_what_the_pointers_pick():
+    # [proprio 3 | cube 4 | cube 4 | surface 3 | surface 3 | instruction]: pointer 0 sharp on the second cube, pointer 1
+    # on the second surface; the view is the raw proprio, then each pointed entity's raw entries (a surface's padded
+    # with a zero to a cube's 4), whatever the normalizer makes of the state the pointers score
+    obs_dim = 17 + TEXT
+    pi = VLAPolicy(obs_dim, 2, [17, TEXT], terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1], [11, 3, 2], [14, 3, 2]],
+                   state_encoder="pointers")
+    g = torch.Generator().manual_seed(4)
+    obs = torch.randn(6, obs_dim, generator=g)
+    pi.normalizer.update(torch.randn(50, 17, generator=g) * 3 + 1)
+    with torch.no_grad():
+        for lin in (*pi.pointers.keys, pi.pointers.query):
+            lin.weight.zero_()
+            lin.bias.zero_()
+        pi.pointers.identity.zero_()
+        pi.pointers.identity[0, 1, 0] = 1.0
+        pi.pointers.identity[0, 3, 1] = 1.0
+        pi.pointers.query.bias[0] = 1e4
+        pi.pointers.query.bias[64 + 1] = 1e4
+    view = pi.grounded(obs)
+    expected = torch.cat([obs[:, :3], obs[:, 7:11], obs[:, 14:17], torch.zeros(6, 1)], 1)
+    assert torch.equal(view, expected)
+    with torch.no_grad():  # a flat pointer: the mean of the padded entries
+        pi.pointers.query.bias.zero_()
+        pi.pointers.identity.zero_()
+    padded = torch.stack([obs[:, 3:7], obs[:, 7:11], torch.cat([obs[:, 11:14], torch.zeros(6, 1)], 1),
+                          torch.cat([obs[:, 14:17], torch.zeros(6, 1)], 1)], 1)
+    assert torch.allclose(pi.grounded(obs)[:, 3:7], padded.mean(1), atol=1e-6)
+    with pytest.raises(ValueError, match="pointers"):
+        VLAPolicy(obs_dim, 2, [17, TEXT]).grounded(obs)
+
+
 def test_query_gain_scales_only_the_pointers_instruction_input_and_is_rebuilt_from_the_spec():
     from embodied.policies import build_policy
 
