@@ -282,7 +282,8 @@ def test_a_grounded_residual_reads_what_its_vla_base_points_at(weak_base, tmp_pa
     assert torch.equal(algo.actor().act(obs["policy"]), base.act(obs["policy"]))
     rows = read_transitions(tmp_path / "d", ["policy"])
     assert torch.allclose(algo.demos.storage[:, algo.demos.slices["obs"]],
-                          torch.cat([base.actor.grounded(rows["state"]).detach(), base.act(rows["state"])], 1), atol=1e-6)
+                          torch.cat([base.actor.grounded(rows["state"]).detach(), base.act(rows["state"])], 1),
+                          atol=1e-6)
     runner.collector.close()
     run, _ = train(cfg, tmp_path / "residual")
     assert load_checkpoint(run)["policy"]["spec"]["kwargs"]["reads"] == "grounded"
