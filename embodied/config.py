@@ -50,6 +50,9 @@ class VLAConfig:
     # the entity pointers' query reads the instruction embedding times this gain: MiniLM's embeddings of "leftmost" and
     # "rightmost" phrasings are 0.99 alike, and at gain 1 the 10-demo clone's first choice between them is a coin flip
     query_gain: float = 1.0
+    # with pointers: the trunk also reads where the second pointer's object stands from the first's (the goal from
+    # the object to move, in units of 5 cm), the offset a placement must bring to zero, from the raw positions
+    relation: bool = False
 
 
 @dataclass

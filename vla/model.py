@@ -30,6 +30,7 @@ from embodied.vla.tokenizer import bin_position, decode_bins, encode_bins
 TEXT_FEATURES = 128
 STATE_FEATURES = 128
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
+RELATION_SCALE = 0.05  # [m] the unit of the pointers' relation (``relation``): a 3 mm misalignment reads 0.06
 
 
 def _transformer(dim: int, depth: int, heads: int) -> nn.TransformerEncoder:
@@ -199,7 +200,8 @@ class VLAPolicy(ChunkQueue, nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, text: list, image: list | None = None, vision: str = "cnn",
                  width: int = 256, head: str = "tokens", bins: int = 256, chunk: int = 4, execute: int = 1,
                  obs_normalization: bool = True, low: list | None = None, high: list | None = None,
-                 terms: list | None = None, state_encoder: str = "tokens", query_gain: float = 1.0):
+                 terms: list | None = None, state_encoder: str = "tokens", query_gain: float = 1.0,
+                 relation: bool = False):
         super().__init__()
         if head not in ("tokens", "continuous"):
             raise ValueError(f"head must be tokens or continuous, got {head!r}")
@@ -210,7 +212,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, text=list(text), image=image, vision=vision,
                                 width=width, head=head, bins=bins, chunk=chunk, execute=execute,
                                 obs_normalization=obs_normalization, low=low, high=high, terms=terms,
-                                state_encoder=state_encoder, query_gain=query_gain)
+                                state_encoder=state_encoder, query_gain=query_gain, relation=relation)
         self.act_dim, self.horizon, self.execute, self.bins, self.head = act_dim, chunk, execute, bins, head
         t0, t_len = int(text[0]), int(text[1])
         keep = torch.ones(obs_dim, dtype=torch.bool)
@@ -236,6 +238,9 @@ class VLAPolicy(ChunkQueue, nn.Module):
                 self.pointers = EntityPointers(at, kinds, t_len, query_gain=query_gain)
             else:
                 raise ValueError(f"state_encoder must be tokens or pointers, got {state_encoder!r}")
+        if relation and self.pointers is None:
+            raise ValueError("relation needs entity pointers (state_encoder=pointers)")
+        self.relation = bool(relation)
         # with pointers the rest of the state reaches the trunk only through them: the objects' entries come as the
         # ones the instruction picks, so nothing can tie an action to where an unnamed object stands
         direct = len(self.context_idx) if self.pointers is not None else state_dim
@@ -243,7 +248,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
         self.text_net = nn.Linear(t_len, TEXT_FEATURES)
         feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0) + \
             (self.tokens.out_dim if self.tokens is not None else 0) + \
-            (self.pointers.out_dim if self.pointers is not None else 0)
+            (self.pointers.out_dim if self.pointers is not None else 0) + (3 if self.relation else 0)
         self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
                                    nn.SiLU())
         if head == "tokens":
@@ -273,11 +278,16 @@ class VLAPolicy(ChunkQueue, nn.Module):
         return self.pointers.context_idx
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        state, text, image = self.split(obs)
-        state = self.normalizer(state)
+        raw, text, image = self.split(obs)
+        state = self.normalizer(raw)
         if self.pointers is not None:
             context = state[:, self.context_idx]
-            parts = [self.state_net(context), self.text_net(text), self.pointers(state, text)]
+            logits, values = self.pointers.attention(state, text)
+            weights = torch.softmax(logits, -1)
+            parts = [self.state_net(context), self.text_net(text), (weights @ values).flatten(1)]
+            if self.relation:  # where the second pointer's object stands from the first's, in RELATION_SCALE units
+                at = weights[:, :2] @ self.pointers.entities(raw)
+                parts.append((at[:, 1] - at[:, 0]) / RELATION_SCALE)
         else:
             parts = [self.state_net(state), self.text_net(text)]
         if self.tokens is not None:

@@ -134,6 +134,36 @@ def test_grounded_view_is_the_proprioception_and_the_entries_of_what_the_pointer
         VLAPolicy(obs_dim, 2, [17, TEXT]).grounded(obs)
 
 
+def test_relation_reads_the_second_pointed_position_from_the_first_in_raw_units():
+    # [proprio 3 | cube 4 | cube 4 | surface 3 | surface 3 | instruction]; pointer 0 sharp on the first cube, pointer 1
+    # on the second surface: the trunk's extra input is (surface 2 - cube 1) / RELATION_SCALE from the raw positions
+    from embodied.vla.model import RELATION_SCALE
+
+    obs_dim = 17 + TEXT
+    kw = dict(terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1], [11, 3, 2], [14, 3, 2]], state_encoder="pointers")
+    pi = VLAPolicy(obs_dim, 2, [17, TEXT], relation=True, **kw)
+    g = torch.Generator().manual_seed(5)
+    obs = torch.randn(6, obs_dim, generator=g)
+    pi.normalizer.update(torch.randn(50, 17, generator=g) * 3 + 1)
+    with torch.no_grad():
+        for lin in (*pi.pointers.keys, pi.pointers.query):
+            lin.weight.zero_()
+            lin.bias.zero_()
+        pi.pointers.identity.zero_()
+        pi.pointers.identity[0, 0, 0] = 1.0
+        pi.pointers.identity[0, 3, 1] = 1.0
+        pi.pointers.query.bias[0] = 1e4
+        pi.pointers.query.bias[64 + 1] = 1e4
+    seen = {}
+    pi.trunk[0].register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
+    pi.chunk(obs)
+    assert torch.allclose(seen["x"][:, -3:], (obs[:, 14:17] - obs[:, 3:6]) / RELATION_SCALE, atol=1e-5)
+    plain = VLAPolicy(obs_dim, 2, [17, TEXT], **kw)
+    assert pi.trunk[0].in_features == plain.trunk[0].in_features + 3
+    with pytest.raises(ValueError, match="relation needs entity pointers"):
+        VLAPolicy(obs_dim, 2, [17, TEXT], relation=True)
+
+
 def test_query_gain_scales_only_the_pointers_instruction_input_and_is_rebuilt_from_the_spec():
     from embodied.policies import build_policy
 
