@@ -66,6 +66,12 @@ class ResidualActor(nn.Module):
         """What the residual reads: ``[obs, b]``, or ``[base.grounded(obs), b]``."""
         return torch.cat([self.base.grounded(obs) if self.reads == "grounded" else obs, base_action], -1)
 
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action with nothing queued (a chunked base's first action of a fresh chunk): what an
+        exported graph computes at every control step (the ONNX export of a language-conditioned task traces it)."""
+        b = self.start_action(obs)
+        return self.combine(b, self.residual.act(self.residual_input(obs, b)))
+
     def combine(self, base_action: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         scale, limit = self._scale.to(residual.dtype), self._limit.to(residual.dtype)
         return (base_action + torch.clamp(scale * residual, -limit, limit)).clamp(-1.0, 1.0)

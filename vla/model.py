@@ -155,9 +155,11 @@ class EntityPointers(nn.Module):
         context = [a + j for (a, n), kind in zip(terms, kinds) if kind not in groups for j in range(n)]
         self.register_buffer("context_idx", torch.tensor(context, dtype=torch.long), persistent=False)
         self.keys, self.values = nn.ModuleList(), nn.ModuleList()
+        self.sizes: list[int] = []  # entries per entity, per kind
         for k in groups:
             idx = [list(range(a, a + n)) for (a, n), kind in zip(terms, kinds) if kind == k]
             self.register_buffer(f"entries{len(self.keys)}", torch.tensor(idx, dtype=torch.long), persistent=False)
+            self.sizes.append(len(idx[0]))
             self.keys.append(nn.Linear(len(idx[0]), dim))
             self.values.append(nn.Linear(len(idx[0]), dim))
         count = sum(kinds.count(k) for k in groups)
@@ -177,9 +179,8 @@ class EntityPointers(nn.Module):
 
     def padded_entries(self, state: torch.Tensor) -> torch.Tensor:
         """``[B, entities, width]``: every entity's entries in ``attention``'s order, zero-padded to the widest kind."""
-        parts = self._parts(state)
-        width = max(p.shape[-1] for p in parts)
-        return torch.cat([nn.functional.pad(p, (0, width - p.shape[-1])) for p in parts], 1)
+        width = max(self.sizes)
+        return torch.cat([nn.functional.pad(p, (0, width - n)) for p, n in zip(self._parts(state), self.sizes)], 1)
 
     def attention(self, state: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, pointers, entities]`` logits and ``[B, entities, dim]`` values."""

@@ -288,6 +288,9 @@ def test_a_grounded_residual_reads_what_its_vla_base_points_at(weak_base, tmp_pa
     run, _ = train(cfg, tmp_path / "residual")
     assert load_checkpoint(run)["policy"]["spec"]["kwargs"]["reads"] == "grounded"
     assert embodied.load_policy(run).act(obs["policy"]).shape == (4, 7)
+    from embodied.hardware.bundle import export_run
+
+    assert export_run(run, tmp_path / "bundle", fmt="onnx", count=64)["parity"]["passed"]  # one graph: base + residual
     with pytest.raises(UserError, match="reads=grounded needs a base that points"):
         train(load_config("target", None, [*QUIET, "algo=residual-sac", f"base={weak_base}", "total_steps=64",
                                            "residual-sac.reads=grounded"]), tmp_path / "a")
