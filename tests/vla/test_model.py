@@ -102,14 +102,16 @@ def test_pointer_vla_reads_the_objects_only_through_its_pointers():
         VLAPolicy(obs_dim, 2, [11, TEXT], terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1]], state_encoder="graph")
 
 
-def test_grounded_view_is_the_proprioception_and_the_entries_of_what_the_pointers_pick():
-    # [proprio 3 | cube 4 | cube 4 | surface 3 | surface 3 | instruction]: pointer 0 sharp on the second cube, pointer 1
-    # on the second surface; the view is the raw proprio, then each pointed entity's raw entries (a surface's padded
-    # with a zero to a cube's 4), whatever the normalizer makes of the state the pointers score
+SCENE = [[0, 3, 0], [3, 4, 1], [7, 4, 1], [11, 3, 2], [14, 3, 2]]  # proprio 3 | cube 4 | cube 4 | surface 3 | surface 3
+
+
+def _sharp_pointers(first: int, second: int, seed: int, **kw) -> tuple[VLAPolicy, torch.Tensor]:
+    """A pointer VLA over ``SCENE`` (then the instruction) whose pointer 0 picks entity ``first`` and pointer 1
+    entity ``second`` whatever the input (queries and keys zero, one identity entry each, scores 1e4 / 8), with a
+    normalizer fitted away from the identity; and 6 observations."""
     obs_dim = 17 + TEXT
-    pi = VLAPolicy(obs_dim, 2, [17, TEXT], terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1], [11, 3, 2], [14, 3, 2]],
-                   state_encoder="pointers")
-    g = torch.Generator().manual_seed(4)
+    pi = VLAPolicy(obs_dim, 2, [17, TEXT], terms=SCENE, state_encoder="pointers", **kw)
+    g = torch.Generator().manual_seed(seed)
     obs = torch.randn(6, obs_dim, generator=g)
     pi.normalizer.update(torch.randn(50, 17, generator=g) * 3 + 1)
     with torch.no_grad():
@@ -117,13 +119,20 @@ def test_grounded_view_is_the_proprioception_and_the_entries_of_what_the_pointer
             lin.weight.zero_()
             lin.bias.zero_()
         pi.pointers.identity.zero_()
-        pi.pointers.identity[0, 1, 0] = 1.0
-        pi.pointers.identity[0, 3, 1] = 1.0
+        pi.pointers.identity[0, first, 0] = 1.0
+        pi.pointers.identity[0, second, 1] = 1.0
         pi.pointers.query.bias[0] = 1e4
         pi.pointers.query.bias[64 + 1] = 1e4
-    view = pi.grounded(obs)
+    return pi, obs
+
+
+def test_grounded_view_is_the_proprioception_and_the_entries_of_what_the_pointers_pick():
+    # pointer 0 sharp on the second cube, pointer 1 on the second surface; the view is the raw proprio, then each
+    # pointed entity's raw entries (a surface's padded with a zero to a cube's 4), whatever the normalizer makes of
+    # the state the pointers score
+    pi, obs = _sharp_pointers(1, 3, seed=4)
     expected = torch.cat([obs[:, :3], obs[:, 7:11], obs[:, 14:17], torch.zeros(6, 1)], 1)
-    assert torch.equal(view, expected)
+    assert torch.equal(pi.grounded(obs), expected)
     with torch.no_grad():  # a flat pointer: the mean of the padded entries
         pi.pointers.query.bias.zero_()
         pi.pointers.identity.zero_()
@@ -131,37 +140,23 @@ def test_grounded_view_is_the_proprioception_and_the_entries_of_what_the_pointer
                           torch.cat([obs[:, 14:17], torch.zeros(6, 1)], 1)], 1)
     assert torch.allclose(pi.grounded(obs)[:, 3:7], padded.mean(1), atol=1e-6)
     with pytest.raises(ValueError, match="pointers"):
-        VLAPolicy(obs_dim, 2, [17, TEXT]).grounded(obs)
+        VLAPolicy(17 + TEXT, 2, [17, TEXT]).grounded(obs)
 
 
 def test_relation_reads_the_second_pointed_position_from_the_first_in_raw_units():
-    # [proprio 3 | cube 4 | cube 4 | surface 3 | surface 3 | instruction]; pointer 0 sharp on the first cube, pointer 1
-    # on the second surface: the trunk's extra input is (surface 2 - cube 1) / RELATION_SCALE from the raw positions
+    # pointer 0 sharp on the first cube, pointer 1 on the second surface: the trunk's extra input is (surface 2 -
+    # cube 1) / RELATION_SCALE from the raw positions
     from embodied.vla.model import RELATION_SCALE
 
-    obs_dim = 17 + TEXT
-    kw = dict(terms=[[0, 3, 0], [3, 4, 1], [7, 4, 1], [11, 3, 2], [14, 3, 2]], state_encoder="pointers")
-    pi = VLAPolicy(obs_dim, 2, [17, TEXT], relation=True, **kw)
-    g = torch.Generator().manual_seed(5)
-    obs = torch.randn(6, obs_dim, generator=g)
-    pi.normalizer.update(torch.randn(50, 17, generator=g) * 3 + 1)
-    with torch.no_grad():
-        for lin in (*pi.pointers.keys, pi.pointers.query):
-            lin.weight.zero_()
-            lin.bias.zero_()
-        pi.pointers.identity.zero_()
-        pi.pointers.identity[0, 0, 0] = 1.0
-        pi.pointers.identity[0, 3, 1] = 1.0
-        pi.pointers.query.bias[0] = 1e4
-        pi.pointers.query.bias[64 + 1] = 1e4
+    pi, obs = _sharp_pointers(0, 3, seed=5, relation=True)
     seen = {}
     pi.trunk[0].register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
     pi.chunk(obs)
     assert torch.allclose(seen["x"][:, -3:], (obs[:, 14:17] - obs[:, 3:6]) / RELATION_SCALE, atol=1e-5)
-    plain = VLAPolicy(obs_dim, 2, [17, TEXT], **kw)
+    plain = VLAPolicy(17 + TEXT, 2, [17, TEXT], terms=SCENE, state_encoder="pointers")
     assert pi.trunk[0].in_features == plain.trunk[0].in_features + 3
     with pytest.raises(ValueError, match="relation needs entity pointers"):
-        VLAPolicy(obs_dim, 2, [17, TEXT], relation=True)
+        VLAPolicy(17 + TEXT, 2, [17, TEXT], relation=True)
 
 
 def test_query_gain_scales_only_the_pointers_instruction_input_and_is_rebuilt_from_the_spec():
