@@ -243,7 +243,7 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
 
 def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
                   action_noise: float | None = None, target_noise: float = 0.0, keep_failures: bool = False,
-                  env_settings: dict | None = None, miss: float | None = None) -> dict:
+                  env_settings: dict | None = None, miss: float | None = None, detour: float | None = None) -> dict:
     """Roll ``task``'s scripted expert until ``episodes`` episodes (successful ones unless ``keep_failures``) are
     recorded, and write them as a Minari dataset at ``out``. Returns a summary with the expert's success rate over
     every episode it played."""
@@ -271,15 +271,16 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
         env = embodied.make_env(task, num_envs=num_envs, seed=seed, **(env_settings or {}))
     except TypeError as e:  # a setting the task's config does not have
         raise UserError(f"{task}: {e}") from None
-    knobs = {} if miss is None else {"miss": miss}
-    if miss is not None and not 0.0 <= miss <= 1.0:
-        raise UserError(f"miss is a fraction of the episodes, in [0, 1]; got {miss}")
+    knobs = {k: v for k, v in (("miss", miss), ("detour", detour)) if v is not None}
+    for name, value in knobs.items():
+        if not 0.0 <= value <= 1.0:
+            raise UserError(f"{name} is a fraction of the episodes, in [0, 1]; got {value}")
     try:
         act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed, **knobs)
     except TypeError:
         if not knobs:
             raise
-        raise UserError(f"the {task} expert takes no miss setting (the pick experts do)") from None
+        raise UserError(f"the {task} expert takes no {' or '.join(knobs)} setting (the pick experts do)") from None
     kept, played, succeeded = [], 0, 0
     # a suite of tasks (its envs report each episode's ``task_id``): the episodes spread round-robin over its
     # tasks, task k keeping episodes // T (+ 1 for the first episodes % T tasks)

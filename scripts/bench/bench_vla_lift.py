@@ -63,13 +63,13 @@ def _run(cmd: list[str], timeout_s: float) -> tuple[dict, float, str]:
     return run_json(cmd, timeout_s)
 
 
-def _collect_demos(demos: Path, per_task: int, seed: int, timeout_s: float) -> tuple[dict, float]:
+def _collect_demos(demos: Path, per_task: int, seed: int, timeout_s: float, extra: list[str]) -> tuple[dict, float]:
     """``per_task`` expert demonstrations of every mini-libero task into ``demos`` (afresh), the seed's set; the
     collector's summary and wall [s]."""
     if demos.exists():  # a collection stopped part-way starts afresh
         shutil.rmtree(demos)
     summary, wall, _ = _run(["embodied", "collect-demos", "--task", TASK, "--episodes", str(per_task * TASKS_PER_SUITE),
-                             "--out", str(demos), "--seed", str(1000 + seed), "--num-envs", "26"], timeout_s)
+                             "--out", str(demos), "--seed", str(1000 + seed), "--num-envs", "26", *extra], timeout_s)
     return summary, wall
 
 
@@ -115,6 +115,8 @@ def main() -> None:
     ap.add_argument("--rl-set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="settings for the RL commands only (e.g. ppo.bc_coef=0.5); DEMOS in a value stands for the "
                          "seed's demonstrations")
+    ap.add_argument("--demo-args", nargs="*", default=[], metavar="ARG",
+                    help="more collect-demos arguments (e.g. --demo-args=--detour=0.5)")
     ap.add_argument("--out", default="bench_results/vla_lift")
     ap.add_argument("--plot", action="store_true", help="only draw the curves of what ran")
     args = ap.parse_args()
@@ -134,7 +136,7 @@ def main() -> None:
                     result = {"variant": name, "seed": seed, "demos_per_task": k, "observation": args.observation}
                     if variant == "bc":
                         demos = out / "demos" / f"demos{k}_seed{seed}"
-                        summary, demo_wall = _collect_demos(demos, k, seed, args.timeout_s)
+                        summary, demo_wall = _collect_demos(demos, k, seed, args.timeout_s, args.demo_args)
                         _, wall, log = _train(bc_dir, [*BC, *settings, *args.bc_set, f"seed={seed}", f"data={demos}",
                                                        f"total_steps={args.bc_steps}"], args.timeout_s)
                         result.update(demos=summary, demos_wall_s=round(demo_wall, 1), train_wall_s=round(wall, 1),

@@ -97,3 +97,37 @@ def test_expert_solves_the_suite(minilm):
     e.close()
     # measured 0.987 over 520 episodes (every task >= 0.95) since the placement takes less noise; 0.90-0.93 before
     assert sum(results) / len(results) >= 0.85
+
+
+def test_expert_detours_over_a_point_off_the_goal_then_places(minilm):
+    """detour=1: every episode's carry goes first over a point DETOUR_OFFSET from the goal in the table plane (the
+    cube's centre comes within 5 mm of it), then to the goal, and the cube is placed; detour=0 (the default) draws
+    nothing, so the expert's random stream, and the demonstrations, are those without the knob."""
+    from embodied.tasks.manipulation.experts import DETOUR_OFFSET
+
+    n = 8
+    e = embodied.make_env("mini-libero", num_envs=n, seed=3, tasks=["goal-red-tray", "goal-stack-green-blue"])
+    act = TASKS.get("mini-libero").expert(e, seed=3, detour=1.0)
+    obs, _ = e.reset(seed=3)
+    action = act(obs)
+    via = act.via.clone()  # this episode's, drawn at its first step
+    assert torch.allclose(via.norm(dim=1), torch.full((n,), DETOUR_OFFSET, dtype=via.dtype))
+    closest = torch.full((n,), float("inf"), dtype=via.dtype)
+    done, success = torch.zeros(n, dtype=torch.bool), torch.zeros(n)
+    for _ in range(e.max_episode_steps):
+        obs, _, term, trunc, info = e.step(action)
+        cube, _ = e.object_pose()
+        off = (cube[:, :2] - e.goal_point()[:, :2] - via).norm(dim=1)
+        closest = torch.where(done, closest, torch.minimum(closest, off))
+        first = (term | trunc) & ~done
+        if first.any():
+            success[first] = info["final_info"]["success"][first]
+        done |= term | trunc
+        if done.all():
+            break
+        action = act(obs)
+    assert bool((closest < 0.005).all()) and float(success.mean()) >= 0.75
+    plain, knob = (TASKS.get("mini-libero").expert(e, seed=3, **kw) for kw in ({}, {"detour": 0.0}))
+    e.reset(seed=4)
+    plain(obs), knob(obs)
+    assert not knob.via.any() and torch.equal(plain.generator.get_state(), knob.generator.get_state())

@@ -3,9 +3,11 @@ lift, move, place or insert, release) on the true state, in LIBERO's action spac
 task's; calling it with an observation returns actions for all envs (it reads the env's state; the observation
 only fixes the batch). Noise knobs: ``action_noise`` (Gaussian std in normalized action units, added to every
 action), ``target_noise`` (std [m] of a per-episode offset of every waypoint in the table plane) and ``miss`` (the
-fraction of episodes whose first grasp is aimed ``MISS_OFFSET`` off the object, to show the recovery). The action a
-demonstration records is ``expert.label``, the executed one without the noise and the aim-off (DART, Laskey et al.
-2017: the states the perturbations lead to, labelled with the expert's correction)."""
+fraction of episodes whose first grasp is aimed ``MISS_OFFSET`` off the object, to show the recovery), ``detour``
+(the fraction whose carry goes first over a point ``DETOUR_OFFSET`` from the goal in a random direction, then to the
+goal: the correction toward it from every side, where a fixed layout's demonstrations all approach from one). The
+action a demonstration records is ``expert.label``, the executed one without the noise and the aim-off (DART, Laskey
+et al. 2017: the states the perturbations lead to, labelled with the expert's correction)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ ABOVE = 0.08  # [m] approach height over the object's centre
 CARRY = 0.14  # [m] height of the grip point while carrying
 CLOSE_STEPS = 6  # control steps the fingers get to close (0.3 s)
 MISS_OFFSET = 0.035  # [m] how far from the object a missed grasp (``miss``) is aimed, in the table plane
+DETOUR_OFFSET = 0.03  # [m] how far from the goal a detour (``detour``) carries the object first, in the table plane
 
 
 def _yaw(rot: torch.Tensor) -> torch.Tensor:
@@ -38,12 +41,14 @@ class Expert:
     # miss where none is given: demonstrations of the recovery did not lift pick-place BC (3 seeds at 50 demos, a
     # wider randomization: 58% without, 55% with miss=0.3), so none by default
     default_miss = 0.0
+    default_detour = 0.0  # detour where none is given
     fine_noise: float | None = None  # the action-noise ceiling in the steps ``fine`` marks (None: no such steps)
 
     def __init__(self, env, action_noise: float | None = None, target_noise: float = 0.0, seed: int = 0,
-                 gain: float = 1.0, miss: float | None = None):
+                 gain: float = 1.0, miss: float | None = None, detour: float | None = None):
         self.action_noise = self.default_noise if action_noise is None else action_noise
         self.miss = self.default_miss if miss is None else miss
+        self.detour = self.default_detour if detour is None else detour
         self.env, self.target_noise, self.gain = env, target_noise, gain
         self.generator = torch.Generator().manual_seed(seed)
         n = env.num_envs
@@ -51,6 +56,8 @@ class Expert:
         self.timer = torch.zeros(n, dtype=torch.long)
         self.offset = torch.zeros(n, 3, dtype=F64)
         self.aim = torch.zeros(n, 3, dtype=F64)  # this episode's first grasp aimed off by this much (``miss``)
+        # where this episode's carry goes first, from the goal in the table plane (``detour``; zero: straight there)
+        self.via = torch.zeros(n, 2, dtype=F64)
         self.label: torch.Tensor | None = None  # the action of the last call without noise or aim-off
         # the gripper pointing down at yaw 0 (its x axis along the world's); a target orientation is Rz(yaw) @ down
         self.down = torch.diag(torch.tensor([1.0, -1.0, -1.0], dtype=F64))[None]
@@ -67,6 +74,10 @@ class Expert:
             missed = torch.rand(k, generator=self.generator, dtype=F64) < self.miss
             aim = torch.stack([angle.cos(), angle.sin(), torch.zeros_like(angle)], 1) * MISS_OFFSET
             self.aim[fresh] = aim * missed[:, None]
+            if self.detour > 0:  # drawn only then: the demonstrations without detours stay as they were
+                angle = torch.rand(k, generator=self.generator, dtype=F64) * 2 * math.pi
+                detoured = torch.rand(k, generator=self.generator, dtype=F64) < self.detour
+                self.via[fresh] = torch.stack([angle.cos(), angle.sin()], 1) * DETOUR_OFFSET * detoured[:, None]
 
     def __call__(self, obs) -> torch.Tensor:
         """The executed action (noise and a missed grasp's aim-off in it); ``self.label`` the same without them, the
@@ -178,10 +189,13 @@ class PickExpert(Expert):
         lift = torch.cat([obj[:, :2] + held[:, :2], torch.full((n, 1), CARRY, dtype=F64)], 1)
         target = torch.where((p == 3)[:, None], lift, target)
         self._advance((p == 3) & (grip[:, 2] > CARRY - 0.01))
-        # 4: over the goal (the object's centre over it, whatever the grasp offset)
+        # 4: over the goal (the object's centre over it, whatever the grasp offset); a detour first goes over a point
+        # ``via`` from it, so that the demonstration also corrects toward the goal from that side
         to_anchor = grip[:, :2] - anchor[:, :2]
-        over = torch.cat([goal[:, :2] + to_anchor, torch.full((n, 1), CARRY, dtype=F64)], 1)
+        over = torch.cat([goal[:, :2] + self.via + to_anchor, torch.full((n, 1), CARRY, dtype=F64)], 1)
         target = torch.where((p == 4)[:, None], over, target)
+        arrived = (p == 4) & ((anchor[:, :2] - goal[:, :2] - self.via).norm(dim=1) < 0.005)
+        self.via[arrived] = 0.0
         self._advance((p == 4) & (self.off_goal < self.xy_tolerance))
         # 5: lower onto / into the goal, correcting the alignment on the way
         lower = torch.cat([goal[:, :2] + to_anchor, goal[:, 2:] + held[:, 2:] + self.place_clearance], 1)
