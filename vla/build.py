@@ -48,9 +48,6 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
     if cfg.chunk < 1 or not 1 <= cfg.execute <= cfg.chunk or cfg.bins < 2 or cfg.width < 8:
         raise UserError(f"policy.vla: chunk >= 1, execute in 1..chunk, bins >= 2, width >= 8; got chunk "
                         f"{cfg.chunk}, execute {cfg.execute}, bins {cfg.bins}, width {cfg.width}")
-    if cfg.relation and cfg.state_encoder != "pointers":
-        raise UserError("policy.vla.relation relates what the entity pointers pick: it needs "
-                        "policy.vla.state_encoder=pointers")
     obs_dim = ctx.obs_space["policy"].shape[0]
     encoder = cfg.state_encoder
     if encoder == "pointers" and ctx.image("policy"):
@@ -62,7 +59,7 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
                            cfg.chunk, cfg.execute, ctx.policy.obs_normalization,
                            terms=state_terms(ctx.layout) if encoder != "mlp" else None,
                            state_encoder=encoder if encoder != "mlp" else "tokens", query_gain=cfg.query_gain,
-                           relation=cfg.relation and encoder == "pointers")
+                           relation=cfg.relation and encoder == cfg.state_encoder)  # pixels: no pointers, none
     except ValueError as e:
         raise UserError(f"policy.vla: {e}") from None
     if announce:

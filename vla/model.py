@@ -190,9 +190,14 @@ class EntityPointers(nn.Module):
         q = self.query(text * self.query_gain).view(-1, self.pointers, self.dim)
         return q @ keys.transpose(1, 2) / math.sqrt(self.dim), values
 
-    def forward(self, state: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    def pick(self, state: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, pointers * dim]``: what the pointers hand over; and their attention ``[B, pointers, entities]``."""
         logits, values = self.attention(state, text)
-        return (torch.softmax(logits, -1) @ values).flatten(1)
+        weights = torch.softmax(logits, -1)
+        return (weights @ values).flatten(1), weights
+
+    def forward(self, state: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        return self.pick(state, text)[0]
 
 
 class VLAPolicy(ChunkQueue, nn.Module):
@@ -283,9 +288,8 @@ class VLAPolicy(ChunkQueue, nn.Module):
         state = self.normalizer(raw)
         if self.pointers is not None:
             context = state[:, self.context_idx]
-            logits, values = self.pointers.attention(state, text)
-            weights = torch.softmax(logits, -1)
-            parts = [self.state_net(context), self.text_net(text), (weights @ values).flatten(1)]
+            picked, weights = self.pointers.pick(state, text)
+            parts = [self.state_net(context), self.text_net(text), picked]
             if self.relation:  # where the second pointer's object stands from the first's, in RELATION_SCALE units
                 at = weights[:, :2] @ self.pointers.entities(raw)
                 parts.append((at[:, 1] - at[:, 0]) / RELATION_SCALE)
