@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from embodied.algos.base import Algorithm, BuildContext, Obs, Transition, split_act
+from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transition, split_act
 from embodied.algos.remote import RemoteLearner, to_numpy
 from embodied.core.errors import UserError
 from embodied.policies.ensemble import EnsembleActor
@@ -76,8 +76,10 @@ class EnsembleAlgorithm(Algorithm):
         if algo_cls.episodic:
             raise UserError("an ensemble of episodic-rollout learners (grpo) is not supported")
         part = 1 if shared else k
+        # env steps split over the members; an offline learner's steps are its own gradient steps, each member's all
+        steps = ctx.total_steps if algo_cls.paradigm == OFFLINE else ctx.total_steps // part
         subs = [dataclasses.replace(ctx, num_envs=ctx.num_envs // part, seed=member_seed(ctx.seed, i),
-                                    total_steps=ctx.total_steps // part) for i in range(k)]
+                                    total_steps=steps) for i in range(k)]
         if not processes or ctx.device.type != "cpu":
             return cls([algo_cls.build(cfg, sub) for sub in subs], shared)
         members = [RemoteLearner(algo_cls, cfg, sub, f"ensemble member {i}") for i, sub in enumerate(subs)]

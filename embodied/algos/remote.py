@@ -165,7 +165,10 @@ class RemoteLearner(Algorithm):
         self.send("observe", to_numpy(transition))
 
     def update(self) -> dict[str, float]:
-        """Starts the member's update and returns the metrics of its previous one."""
+        """Starts the member's update and returns the metrics of its previous one, which it waits for first: at
+        most one update is owed, so a runner that only updates (the offline one) cannot fill both pipes (the
+        member blocked sending metrics nobody reads, the parent blocked sending updates it does not take)."""
+        self._drain()
         self.send("update")
         self._pending += 1
         return self._metrics

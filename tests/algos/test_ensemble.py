@@ -199,3 +199,23 @@ def test_ppo_ensemble_learns_target(tmp_path, floors):
     _, summary = train(load_config("target", None, [*QUIET, *overrides]), tmp_path / "run")
     assert summary["step"] == 10240
     assert summary["eval/return"] >= floors["ppo_target"], summary
+
+
+@pytest.mark.timeout(300)
+def test_bc_members_in_processes_each_clone_for_every_step(tmp_path, floors):
+    """An offline learner's ensemble: the runner only updates, so each member's update answers its metrics before
+    the next is sent (before, 2000 updates filled both pipes and the run hung, 0% CPU); each member makes all
+    ``total_steps`` gradient steps (its own count, not the run's split as env steps are), and the action mean of
+    two clones scores above the single clone's floor."""
+    from embodied.datasets import collect_demos
+
+    collect_demos("reach", 20, tmp_path / "demos", num_envs=8, seed=0)
+    overrides = ["algo=bc", f"data={tmp_path / 'demos'}", "ensemble=2", "num_envs=2", "total_steps=3000",
+                 "bc.batch_size=32", "log.eval_every=0", "log.eval_episodes=50", "seed=0"]
+    run_dir, summary = train(load_config("reach", None, [*QUIET, *overrides]), tmp_path / "run")
+    assert summary["step"] == 3000
+    assert summary["eval/success"] >= floors["bc_reach_success"], summary
+    from embodied.checkpoint import load_checkpoint
+
+    members = load_checkpoint(run_dir)["algo"]["members"]
+    assert len(members) == 2 and all(m["num_updates"] == 3000 for m in members), [m.keys() for m in members]
