@@ -25,6 +25,7 @@ from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
+from embodied.policies import EnsembleActor
 
 
 @dataclass
@@ -49,6 +50,10 @@ class FilteredBCConfig:
     # (mini-libero's config sets both as its BC's): without the grounding loss the pointers learn from the actions alone
     obs_noise: float = 0.0
     ground: float = 0.0
+    # the policy is the action mean of this many clones (start from an ``ensemble=K`` BC run: init=RUN): the rollouts
+    # act with their mean (each member's Gaussian mean and scale averaged), and every member clones the shared pool,
+    # each on its own minibatches with its own optimizer; 1: one policy
+    members: int = 1
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
@@ -62,6 +67,8 @@ class FilteredBC(SuccessRollouts):
         cls.check("filtered-bc", ctx, cfg, min_group=1)
         if cfg.batch_size < 1 or cfg.grad_steps < 0 or cfg.capacity < 1 or not cfg.lr > 0:
             raise UserError("filtered-bc: batch_size >= 1, grad_steps >= 0, capacity >= 1 and lr > 0")
+        if cfg.members < 1:
+            raise UserError(f"filtered-bc.members is the number of clones acting as one: >= 1, got {cfg.members}")
         if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
             raise UserError(f"filtered-bc.keep is won or mixed (mixed needs group_size >= 2); got {cfg.keep!r} with "
                             f"group_size {cfg.group_size}")
@@ -70,7 +77,13 @@ class FilteredBC(SuccessRollouts):
     def __init__(self, cfg: FilteredBCConfig, ctx: BuildContext):
         super().__init__(cfg, ctx)
         obs_dim = ctx.obs_space["policy"].shape[0]
-        self.opt = torch.optim.AdamW(self.pi.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        # member 0 is the rollouts' ``pi``; the others are built alike (their weights come from init=)
+        self.members = [self.pi, *(self.build_policy(ctx).to(self.device) for _ in range(cfg.members - 1))]
+        self.ensemble = EnsembleActor(self.members) if cfg.members > 1 else None
+        if self.ensemble is not None and getattr(self.pi, "head", "continuous") != "continuous":
+            raise UserError("filtered-bc.members > 1 averages the members' Gaussian actions: give the policy a "
+                            "continuous head (policy.vla.head=continuous)")
+        self.opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in self.members]
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
@@ -96,23 +109,42 @@ class FilteredBC(SuccessRollouts):
         if self.pool.size == 0 or self.cfg.grad_steps == 0:
             return log
         total = 0.0
-        for _ in range(self.cfg.grad_steps):
-            loss = self.pool(self.pi, self.generator)
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(self.pi.parameters(), self.cfg.max_grad_norm)
-            self.opt.step()
-            total += float(loss.detach())
+        for member, opt in zip(self.members, self.opts):
+            for _ in range(self.cfg.grad_steps):
+                loss = self.pool(member, self.generator)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(member.parameters(), self.cfg.max_grad_norm)
+                opt.step()
+                total += float(loss.detach())
         self.num_updates += 1
-        return {**log, "filtered-bc/loss": total / self.cfg.grad_steps}
+        return {**log, "filtered-bc/loss": total / (self.cfg.grad_steps * len(self.members))}
+
+    def dist(self, obs: torch.Tensor):
+        """One policy's tempered distribution; the members' as one Gaussian: the mean of their means (the action
+        the ensemble's ``act`` takes) and of their scales."""
+        if self.ensemble is None:
+            return super().dist(obs)
+        dists = [m.dist(obs, self.cfg.temperature) if hasattr(m, "dist_from") else m.dist(obs) for m in self.members]
+        scale = torch.stack([d.stddev for d in dists]).mean(0)
+        if not hasattr(self.members[0], "dist_from"):  # a plain Gaussian actor: the temperature scales here
+            scale = scale * self.cfg.temperature
+        return torch.distributions.Normal(torch.stack([d.mean for d in dists]).mean(0), scale)
+
+    def actor(self) -> nn.Module:
+        return self.pi if self.ensemble is None else self.ensemble
 
     def state_dict(self) -> dict:
-        return {**self.rollout_state(), "opt": self.opt.state_dict(), "pool": self.pool.state_dict(),
-                "num_updates": self.num_updates}
+        members = {"members": [m.state_dict() for m in self.members[1:]]} if self.ensemble is not None else {}
+        return {**self.rollout_state(), **members, "opts": [o.state_dict() for o in self.opts],
+                "pool": self.pool.state_dict(), "num_updates": self.num_updates}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.load_rollout_state(state)
-        self.opt.load_state_dict(state["opt"])
+        for m, s in zip(self.members[1:], state.get("members", [])):
+            m.load_state_dict(s)
+        for o, s in zip(self.opts, state["opts"] if "opts" in state else [state["opt"]]):  # "opt": one policy's
+            o.load_state_dict(s)
         self.pool.load_state_dict(state["pool"])
         self.num_updates = int(state["num_updates"])
 

@@ -84,16 +84,9 @@ class SuccessRollouts(Algorithm):
     def __init__(self, cfg, ctx: BuildContext):
         self.cfg, self.device = cfg, torch.device(ctx.device)
         self.num_envs, self.success_key = ctx.num_envs, ctx.success_metric
-        obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
+        obs_dim = ctx.obs_space["policy"].shape[0]
         torch.manual_seed(ctx.seed)
-        if ctx.policy.arch == "vla":
-            from embodied.vla.build import build_vla
-
-            self.pi = build_vla(ctx, act_dim)
-        else:
-            self.pi = GaussianActor(obs_dim, act_dim, ctx.policy.actor_hidden, ctx.policy.activation,
-                                    ctx.policy.obs_normalization, image=ctx.image("policy"))
-        self.pi.to(self.device)
+        self.pi = self.build_policy(ctx).to(self.device)
         # rollouts keep camera entries as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), the rest as floats
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
         self.generator = torch.Generator(device=self.device)
@@ -105,6 +98,17 @@ class SuccessRollouts(Algorithm):
         self.branch_starts = BranchStarts(cfg.branch_starts, ctx.seed) if cfg.branch_starts.fraction > 0 else None
         self.from_branch = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._new_rollout()
+
+    @staticmethod
+    def build_policy(ctx: BuildContext) -> nn.Module:
+        """The sampling policy: the VLA (``policy.arch=vla``) or a Gaussian actor."""
+        obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
+        if ctx.policy.arch == "vla":
+            from embodied.vla.build import build_vla
+
+            return build_vla(ctx, act_dim)
+        return GaussianActor(obs_dim, act_dim, ctx.policy.actor_hidden, ctx.policy.activation,
+                             ctx.policy.obs_normalization, image=ctx.image("policy"))
 
     @staticmethod
     def check(name: str, ctx: BuildContext, cfg, min_group: int = 2) -> None:

@@ -151,3 +151,45 @@ def test_the_pool_clones_with_bcs_noise_and_grounding(tmp_path, minilm):
     obs = rows["obs"] + torch.randn(rows["obs"].shape, generator=g) * pool.noise_scale
     expected = pi.bc_loss(obs, rows["target"]) + grounding_loss(pi, obs, rows["ground"])[0]
     assert torch.allclose(loss, expected)
+
+
+def _adam_steps(opt) -> int:
+    return max(int(s["step"]) for s in opt.state_dict()["state"].values())
+
+
+def test_members_act_as_their_mean_and_each_clones_the_shared_pool():
+    """``filtered-bc.members=2``: the rollouts sample a Gaussian around the members' mean action with their mean scale
+    (times the temperature), the run's policy is their action mean, every member takes its own gradient steps on the
+    one pool, and both members and their optimizers round-trip through the state."""
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.core.errors import UserError
+    from embodied.policies import EnsembleActor
+
+    algo = _fbc(members=2, grad_steps=3, temperature=0.5)
+    a, b = algo.members
+    assert a is algo.pi and a is not b
+    with torch.no_grad():  # away from the zero-initialized last layers and the shared initial scale
+        for m, shift in ((a, 0.3), (b, -0.2)):
+            for p in m.parameters():
+                p.add_(shift * torch.randn_like(p))
+    obs = torch.randn(6, 4)
+    with torch.no_grad():
+        d, da, db = algo.dist(obs), a.dist(obs), b.dist(obs)
+        assert torch.allclose(d.mean, (da.mean + db.mean) / 2)
+        assert torch.allclose(d.stddev, (da.stddev + db.stddev) / 2 * 0.5)
+    policy = algo.actor()
+    assert isinstance(policy, EnsembleActor) and list(policy.members) == [a, b]
+    assert torch.allclose(policy.act(obs), (a.act(obs) + b.act(obs)) / 2)
+    before = [[p.clone() for p in m.parameters()] for m in (a, b)]
+    out = _rollout(algo, ends=[1, 3, 2, 0], outcomes=[1, 0, 1, 1])
+    assert algo.pool.size == 6 and out["filtered-bc/loss"] > 0
+    for m, old in zip((a, b), before):
+        assert any(not torch.equal(p, q) for p, q in zip(m.parameters(), old))
+    assert [_adam_steps(o) for o in algo.opts] == [3, 3]
+    twin = FilteredBC(FilteredBCConfig(members=2, grad_steps=3, temperature=0.5), _ctx())
+    twin.load_state_dict(algo.state_dict())
+    for m, t in zip(algo.members, twin.members):
+        assert all(torch.equal(p, q) for p, q in zip(m.parameters(), t.parameters()))
+    assert [_adam_steps(o) for o in twin.opts] == [3, 3]
+    with pytest.raises(UserError, match="members"):
+        FilteredBC.build(FilteredBCConfig(members=0), _ctx())

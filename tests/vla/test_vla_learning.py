@@ -162,3 +162,33 @@ def test_pointer_vla_learns_what_each_instruction_names_and_exports(minilm, tmp_
                                             "policy.vla.state_encoder=mlp", "bc.ground=1"])
     with pytest.raises(UserError, match="bc.ground"):
         train(bad, tmp_path / "bad")
+
+
+def test_filtered_bc_members_start_from_a_bc_ensemble_and_fine_tune_as_one(bc_run, tmp_path):
+    """``algo=bc ensemble=2`` then ``algo=filtered-bc filtered-bc.members=2 init=RUN``: each member starts as the BC
+    member it corresponds to, exactly; the run's policy stays the members' action mean (two VLAs), evaluated and
+    reloaded as one."""
+    from embodied import load_policy
+    from embodied.policies import EnsembleActor
+    from embodied.train import build
+
+    data = load_checkpoint(bc_run[0])["config"]["data"]
+    bc_dir, _ = train(load_config("point-reach-language", None, [
+        *QUIET, "algo=bc", f"data={data}", "policy.arch=vla", "policy.vla.head=continuous", "total_steps=30",
+        "num_envs=16", "bc.batch_size=64", "ensemble=2", "ensemble_processes=false"]), tmp_path / "bc")
+    bc_members = load_checkpoint(bc_dir)["algo"]["members"]
+    fbc = [*QUIET, "algo=filtered-bc", "policy.arch=vla", "policy.vla.head=continuous", f"init={bc_dir}",
+           f"data={data}", "filtered-bc.members=2", "num_envs=16", "filtered-bc.grad_steps=2",
+           "filtered-bc.batch_size=64", "total_steps=800"]
+    (tmp_path / "probe").mkdir()
+    runner = build(load_config("point-reach-language", None, fbc), tmp_path / "probe")
+    runner.collector.close()
+    for member, bc in zip(runner.algo.members, bc_members):
+        assert all(torch.equal(p, bc["pi"][k]) for k, p in member.state_dict().items())
+    run_dir, summary = train(load_config("point-reach-language", None, fbc), tmp_path / "fbc")
+    assert summary["step"] >= 800 and 0.0 <= summary["eval/success"] <= 1.0
+    policy = load_policy(run_dir)
+    assert isinstance(policy.actor, EnsembleActor) and len(policy.actor.members) == 2
+    with pytest.raises(UserError, match="continuous head"):  # the members' tokens have no mean to average
+        train(load_config("point-reach-language", None, [*QUIET, "algo=filtered-bc", "policy.arch=vla",
+                                                         "filtered-bc.members=2", "num_envs=16"]), tmp_path / "tokens")
