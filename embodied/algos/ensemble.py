@@ -70,16 +70,16 @@ class EnsembleAlgorithm(Algorithm):
         """``processes``: each member in a spawned process (CPU learners only); else all in this one. ``shared``
         (``ensemble_replay=shared``): each member is built for all the run's envs and stores all their transitions,
         acting on its own slice; else member k is built for and stores its own ``num_envs / K`` envs."""
-        if k < 1 or ctx.num_envs % k:
+        offline = algo_cls.paradigm == OFFLINE  # members that never act in the envs (BC): nothing to split
+        if k < 1 or (ctx.num_envs % k and not offline):
             raise UserError(f"ensemble={k} splits the run's envs evenly over its members: num_envs={ctx.num_envs} "
                             f"is not a multiple of {k}")
         if algo_cls.episodic:
             raise UserError("an ensemble of episodic-rollout learners (grpo) is not supported")
-        part = 1 if shared else k
-        # env steps split over the members; an offline learner's steps are its own gradient steps, each member's all
-        steps = ctx.total_steps if algo_cls.paradigm == OFFLINE else ctx.total_steps // part
+        # env steps split over the members; an offline learner's steps are its gradient steps, each member's all
+        part = 1 if shared or offline else k
         subs = [dataclasses.replace(ctx, num_envs=ctx.num_envs // part, seed=member_seed(ctx.seed, i),
-                                    total_steps=steps) for i in range(k)]
+                                    total_steps=ctx.total_steps // part) for i in range(k)]
         if not processes or ctx.device.type != "cpu":
             return cls([algo_cls.build(cfg, sub) for sub in subs], shared)
         members = [RemoteLearner(algo_cls, cfg, sub, f"ensemble member {i}") for i, sub in enumerate(subs)]

@@ -205,12 +205,13 @@ def test_ppo_ensemble_learns_target(tmp_path, floors):
 def test_bc_members_in_processes_each_clone_for_every_step(tmp_path, floors):
     """An offline learner's ensemble: the runner only updates, so each member's update answers its metrics before
     the next is sent (before, 2000 updates filled both pipes and the run hung, 0% CPU); each member makes all
-    ``total_steps`` gradient steps (its own count, not the run's split as env steps are), and the action mean of
-    two clones scores above the single clone's floor."""
+    ``total_steps`` gradient steps (its own count, not the run's split as env steps are; the envs, which only
+    evaluate, need not split either: 3 here), and the action mean of two clones scores above the single clone's
+    floor."""
     from embodied.datasets import collect_demos
 
     collect_demos("reach", 20, tmp_path / "demos", num_envs=8, seed=0)
-    overrides = ["algo=bc", f"data={tmp_path / 'demos'}", "ensemble=2", "num_envs=2", "total_steps=3000",
+    overrides = ["algo=bc", f"data={tmp_path / 'demos'}", "ensemble=2", "num_envs=3", "total_steps=3000",
                  "bc.batch_size=32", "log.eval_every=0", "log.eval_episodes=50", "seed=0"]
     run_dir, summary = train(load_config("reach", None, [*QUIET, *overrides]), tmp_path / "run")
     assert summary["step"] == 3000
