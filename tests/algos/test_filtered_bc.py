@@ -193,3 +193,42 @@ def test_members_act_as_their_mean_and_each_clones_the_shared_pool():
     assert [_adam_steps(o) for o in twin.opts] == [3, 3]
     with pytest.raises(UserError, match="members"):
         FilteredBC.build(FilteredBCConfig(members=0), _ctx())
+
+
+def test_pointer_temperature_samples_each_episodes_pointers_once(minilm):
+    """``filtered-bc.pointer_temperature=T``: every rollout draws each env's Gumbel noise once (held for its episode);
+    the pointers then hand over the argmax of logits + noise, a sample of softmax(logits / T) (frequencies checked);
+    the rollouts act with those pointers; evaluation (the actor's ``act``) never sees the noise."""
+    from embodied.algos.base import BuildContext
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.config import PolicyConfig, VLAConfig
+    from embodied.core.errors import UserError
+
+    env = embodied.make_env("mini-libero", num_envs=4, seed=0)
+    n = 20000
+    ctx = BuildContext(env.single_observation_space, env.single_action_space, n, torch.device("cpu"), 0, 1000,
+                       PolicyConfig(arch="vla", vla=VLAConfig(state_encoder="pointers", head="continuous")),
+                       layout=env.layout(), success_metric="success")
+    algo = FilteredBC(FilteredBCConfig(pointer_temperature=2.0, grad_steps=0), ctx)
+    algo.rollout_starts()
+    noise = algo.pointer_noise
+    assert noise.shape == (n, 2, algo.pi.pointers.identity.shape[1])
+    logits = torch.tensor([0.0, 1.0, 3.0])
+    freq = torch.bincount((logits + noise[:, 0, :3]).argmax(-1), minlength=3) / n
+    assert torch.allclose(freq, torch.softmax(logits / 2.0, 0), atol=0.015), freq
+    obs, _ = env.reset(seed=0)
+    o = obs["policy"].repeat(n // 4, 1)
+    with torch.no_grad():
+        d = algo.dist(o)
+        assert torch.allclose(d.mean, algo.pi.dist(o, 1.0, pointer_noise=noise).mean)
+        switched = (algo.pi.pointer_logits(o).argmax(-1) != (algo.pi.pointer_logits(o) + noise).argmax(-1)).any(1)
+        assert torch.equal(algo.switched, switched) and 0 < float(switched.float().mean()) < 1
+        algo.dist(o)
+        assert algo.pointer_noise is noise  # held for the rollout
+        algo.rollout_starts()
+        assert not torch.equal(algo.pointer_noise, noise)  # each rollout draws its own
+        assert torch.equal(algo.actor().act(o[:4]), algo.pi.act(o[:4]))  # the deterministic policy: no noise
+    with pytest.raises(UserError, match="pointers"):
+        FilteredBC.build(FilteredBCConfig(pointer_temperature=1.0), _ctx())
+    with pytest.raises(UserError, match="pointer_temperature"):
+        FilteredBC.build(FilteredBCConfig(pointer_temperature=-1.0), _ctx())
