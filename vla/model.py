@@ -190,15 +190,9 @@ class EntityPointers(nn.Module):
         q = self.query(text * self.query_gain).view(-1, self.pointers, self.dim)
         return q @ keys.transpose(1, 2) / math.sqrt(self.dim), values
 
-    def pick(self, state: torch.Tensor, text: torch.Tensor, noise: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[B, pointers * dim]``: what the pointers hand over; and their attention ``[B, pointers, entities]``.
-        ``noise`` ``[B, pointers, entities]`` (exploration: scaled Gumbel noise) makes each pointer hand over exactly
-        one entity, the argmax of its logits plus the noise (Gumbel-max: a sample of ``softmax(logits / scale)``)."""
+    def pick(self, state: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, pointers * dim]``: what the pointers hand over; and their attention ``[B, pointers, entities]``."""
         logits, values = self.attention(state, text)
-        if noise is not None:
-            weights = nn.functional.one_hot((logits + noise).argmax(-1), logits.shape[-1]).to(logits.dtype)
-            return (weights @ values).flatten(1), weights
         weights = torch.softmax(logits, -1)
         return (weights @ values).flatten(1), weights
 
@@ -289,13 +283,12 @@ class VLAPolicy(ChunkQueue, nn.Module):
         """With pointers: the state entries the trunk reads directly (those outside the entities)."""
         return self.pointers.context_idx
 
-    def features(self, obs: torch.Tensor, pointer_noise: torch.Tensor | None = None) -> torch.Tensor:
-        """The trunk's output; ``pointer_noise`` (``EntityPointers.pick``'s ``noise``): sampled pointers."""
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
         raw, text, image = self.split(obs)
         state = self.normalizer(raw)
         if self.pointers is not None:
             context = state[:, self.context_idx]
-            picked, weights = self.pointers.pick(state, text, pointer_noise)
+            picked, weights = self.pointers.pick(state, text)
             parts = [self.state_net(context), self.text_net(text), picked]
             if self.relation:  # where the second pointer's object stands from the first's, in RELATION_SCALE units
                 at = weights[:, :2] @ self.pointers.entities(raw)
@@ -398,11 +391,10 @@ class VLAPolicy(ChunkQueue, nn.Module):
         log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         return (0.5 * ((target - mean) / log_std.exp()) ** 2 + log_std).mean()
 
-    def dist(self, obs: torch.Tensor, temperature: float = 1.0, pointer_noise: torch.Tensor | None = None):
+    def dist(self, obs: torch.Tensor, temperature: float = 1.0):
         """The distribution of the chunk's first action (RL): independent categoricals over each dimension's bins
-        (``log_prob`` takes actions, encoded to their bins), or a diagonal Gaussian; given ``pointer_noise``, with the
-        pointers sampled (``features``)."""
-        return self.dist_from(self.features(obs, pointer_noise), temperature)
+        (``log_prob`` takes actions, encoded to their bins), or a diagonal Gaussian."""
+        return self.dist_from(self.features(obs), temperature)
 
     def dist_from(self, h: torch.Tensor, temperature: float = 1.0):
         if self.head == "tokens":

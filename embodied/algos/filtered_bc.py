@@ -54,11 +54,6 @@ class FilteredBCConfig:
     # act with their mean (each member's Gaussian mean and scale averaged), and every member clones the shared pool,
     # each on its own minibatches with its own optimizer; 1: one policy
     members: int = 1
-    # > 0: every rollout episode samples what each entity pointer hands over, once per episode (Gumbel noise of this
-    # scale on its logits, drawn at the rollout's start: a sample of softmax(logits / T), held), so that starts where
-    # the policy points at the wrong object can succeed and join the pool with their own grounding labels; 0: the
-    # policy's own soft pointers
-    pointer_temperature: float = 0.0
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
@@ -72,8 +67,6 @@ class FilteredBC(SuccessRollouts):
         cls.check("filtered-bc", ctx, cfg, min_group=1)
         if cfg.batch_size < 1 or cfg.grad_steps < 0 or cfg.capacity < 1 or not cfg.lr > 0:
             raise UserError("filtered-bc: batch_size >= 1, grad_steps >= 0, capacity >= 1 and lr > 0")
-        if cfg.pointer_temperature < 0:
-            raise UserError(f"filtered-bc.pointer_temperature >= 0, got {cfg.pointer_temperature}")
         if cfg.members < 1:
             raise UserError(f"filtered-bc.members is the number of clones acting as one: >= 1, got {cfg.members}")
         if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
@@ -90,11 +83,6 @@ class FilteredBC(SuccessRollouts):
         if self.ensemble is not None and getattr(self.pi, "head", "continuous") != "continuous":
             raise UserError("filtered-bc.members > 1 averages the members' Gaussian actions: give the policy a "
                             "continuous head (policy.vla.head=continuous)")
-        if cfg.pointer_temperature > 0 and getattr(self.pi, "pointers", None) is None:
-            raise UserError("filtered-bc.pointer_temperature samples the policy's entity pointers: it has none (give "
-                            "policy.arch=vla policy.vla.state_encoder=pointers)")
-        self.pointer_noise: torch.Tensor | None = None  # this rollout's, [N, pointers, entities]
-        self.switched = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)  # a sample left the argmax
         self.opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in self.members]
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
@@ -113,13 +101,7 @@ class FilteredBC(SuccessRollouts):
             rows = {k: v.transpose(0, 1)[mask] for k, v in cols.items() if k not in ("action", "log_prob")}
             episode = torch.arange(self.num_envs, device=self.device)[:, None].expand_as(mask)[mask]
             self.pool.extend(rows, cols["action"].transpose(0, 1)[mask], episode)
-        log = {}
-        if self.pointer_noise is not None and self.switched is not None:  # episodes whose sampled pointers differ
-            fresh = self.ended & ~self.from_demo & ~self.from_branch
-            log["filtered-bc/pointer_switched"] = float(self.switched[fresh].float().mean()) if fresh.any() else 0.0
-            if bool((self.switched & fresh).any()):
-                log["filtered-bc/switched_success"] = float(self.success[self.switched & fresh].mean())
-        return {**self.rollout_log(valid), **log, "filtered-bc/won_episodes": float(won.sum()),
+        return {**self.rollout_log(valid), "filtered-bc/won_episodes": float(won.sum()),
                 "filtered-bc/pool_steps": float(self.pool.size), "filtered-bc/rollout_steps": float(self.pool.added)}
 
     def update(self) -> dict[str, float]:
@@ -138,31 +120,12 @@ class FilteredBC(SuccessRollouts):
         self.num_updates += 1
         return {**log, "filtered-bc/loss": total / (self.cfg.grad_steps * len(self.members))}
 
-    def rollout_starts(self):
-        """The rollout's starts; with ``pointer_temperature``, each env's pointer noise for its episode."""
-        starts = super().rollout_starts()
-        if self.cfg.pointer_temperature > 0:
-            p = self.pi.pointers
-            u = torch.rand((self.num_envs, p.pointers, p.identity.shape[1]), generator=self.generator,
-                           device=self.device)
-            self.pointer_noise = -self.cfg.pointer_temperature * torch.log(-torch.log(u.clamp(1e-12, 1 - 1e-7)))
-            self.switched = None  # read at the rollout's first step
-        return starts
-
     def dist(self, obs: torch.Tensor):
         """One policy's tempered distribution; the members' as one Gaussian: the mean of their means (the action
-        the ensemble's ``act`` takes) and of their scales; the rollout's pointer noise where it is drawn."""
-        noise = self.pointer_noise if self.pointer_noise is not None and len(obs) == len(self.pointer_noise) else None
-        if noise is not None and self.switched is None:
-            logits = self.pi.pointer_logits(obs)
-            self.switched = (logits.argmax(-1) != (logits + noise).argmax(-1)).any(1)
+        the ensemble's ``act`` takes) and of their scales."""
         if self.ensemble is None:
-            if noise is None:
-                return super().dist(obs)
-            return self.pi.dist(obs, self.cfg.temperature, pointer_noise=noise)
-        extra = {"pointer_noise": noise} if noise is not None else {}
-        dists = [m.dist(obs, self.cfg.temperature, **extra) if hasattr(m, "dist_from") else m.dist(obs)
-                 for m in self.members]
+            return super().dist(obs)
+        dists = [m.dist(obs, self.cfg.temperature) if hasattr(m, "dist_from") else m.dist(obs) for m in self.members]
         scale = torch.stack([d.stddev for d in dists]).mean(0)
         if not hasattr(self.members[0], "dist_from"):  # a plain Gaussian actor: the temperature scales here
             scale = scale * self.cfg.temperature

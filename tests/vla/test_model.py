@@ -256,25 +256,3 @@ def test_text_noise_perturbs_only_the_instruction_reproducibly():
     clean = pi.bc_loss(obs, target)
     noisy = [pi.bc_loss(obs, target, text_noise=0.05, generator=torch.Generator().manual_seed(1)) for _ in range(2)]
     assert torch.equal(noisy[0], noisy[1]) and not torch.equal(noisy[0], clean)
-
-
-def test_pointer_noise_hands_over_exactly_the_sampled_entity():
-    # pointers sharp on entities 1 and 3; noise that lifts entity 0 above pointer 0's score (1e4 / 8 = 1250) makes
-    # it hand over entity 0 alone (one-hot weights, its values exactly), pointer 1 untouched; zero noise: the argmax
-    from embodied.vla.model import RELATION_SCALE
-
-    pi, obs = _sharp_pointers(1, 3, seed=6, relation=True)
-    state = pi.normalizer(pi.split(obs)[0])
-    text = pi.split(obs)[1]
-    _, values = pi.pointers.attention(state, text)
-    noise = torch.zeros(6, 2, 4)
-    noise[:, 0, 0] = 2000.0
-    out, weights = pi.pointers.pick(state, text, noise)
-    assert torch.equal(weights, torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 1.0]]).expand(6, 2, 4))
-    assert torch.allclose(out, torch.cat([values[:, 0], values[:, 3]], 1))
-    _, argmax = pi.pointers.pick(state, text, torch.zeros(6, 2, 4))
-    assert torch.equal(argmax, torch.tensor([[0, 1.0, 0, 0], [0, 0, 0, 1.0]]).expand(6, 2, 4))
-    seen = {}
-    pi.trunk[0].register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
-    pi.dist(obs, pointer_noise=noise)  # the relation reads the sampled entity too: surface 2 from cube 0
-    assert torch.allclose(seen["x"][:, -3:], (obs[:, 14:17] - obs[:, 3:6]) / RELATION_SCALE, atol=1e-5)
