@@ -10,6 +10,9 @@
 - ``filtered-bc{k}``: ``embodied train algo=filtered-bc init=BC_RUN`` (success-filtered self-imitation; with
   ``--rl-set data=DEMOS`` the demonstrations stay in its pool);
 
+ensembles of clones: ``--bc-set ensemble=5`` clones five at once (their action mean is the BC policy), then
+``--variants filtered-bc --rl-set data=DEMOS filtered-bc.members=5`` fine-tunes them as one;
+
 each scored by ``embodied eval --episodes 130`` (10 per task in expectation; per-task and per-group success), the
 BC runs also on the held-out paraphrases (``env.phrasing=heldout``). Observations: ``--observation state`` (the
 objects' state; default) or ``pixels`` (agentview + wrist). Wall-clock per step and the pipeline's (demos + BC + RL:
