@@ -47,11 +47,6 @@ class BCConfig:
     # Gaussian noise on the training inputs' state entries (not images, not the instruction), in units of each
     # entry's standard deviation over the dataset: a regularizer against over-fitting a few demonstrations
     obs_noise: float = 0.0
-    # [m] every training sample's scene moved by a random horizontal offset, U(-shift, shift) in x and in y, added to
-    # the state entries that move with it (``Term.axes``: world positions of the robot and the objects; not positions
-    # from the grip point): the actions (world-frame deltas) are those of the moved scene too, so a few demonstrations
-    # teach the skill wherever the objects stand; 0: off
-    shift: float = 0.0
     # a VLA with entity pointers (policy.vla.state_encoder=pointers): weight of a cross-entropy that points its first
     # pointer at the object each demonstration moved and its second at what that object came to rest on (labels
     # read off the episode itself: ``grounding_labels``); 0: the pointers learn from the cloning loss alone
@@ -91,24 +86,6 @@ def state_noise_scale(obs: torch.Tensor, layout, scale: float) -> torch.Tensor:
     for start, size, _ in state_terms(layout):
         keep[start:start + size] = 1.0
     return scale * std * keep
-
-
-def shift_entries(layout) -> tuple[list[int], list[int]]:
-    """The policy group's entries that move along world x and along y with the scene (``Term.axes``)."""
-    if layout is None or "policy" not in layout.observation:
-        return [], []
-    return layout.axis_entries("policy", "x"), layout.axis_entries("policy", "y")
-
-
-def shift_scene(obs: torch.Tensor, x: torch.Tensor, y: torch.Tensor, scale: float,
-                generator: torch.Generator) -> torch.Tensor:
-    """``obs [B, D]`` with each row's scene moved by ``(dx, dy) ~ U(-scale, scale)^2``: ``dx`` added to its entries
-    ``x``, ``dy`` to ``y`` (``bc.shift``)."""
-    d = (torch.rand(obs.shape[0], 2, generator=generator, device=obs.device) * 2 - 1) * scale
-    obs = obs.clone()
-    obs[:, x] += d[:, :1]
-    obs[:, y] += d[:, 1:]
-    return obs
 
 
 def episode_grounding(policy, obs: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
@@ -164,11 +141,6 @@ class BC(Algorithm):
                             "policy.vla.state_encoder=pointers")
         if not cfg.obs_noise >= 0:
             raise UserError(f"bc.obs_noise is a noise scale in standard deviations: >= 0, got {cfg.obs_noise}")
-        if not cfg.shift >= 0:
-            raise UserError(f"bc.shift is a distance [m]: >= 0, got {cfg.shift}")
-        if cfg.shift > 0 and not shift_entries(ctx.layout)[0]:
-            raise UserError("bc.shift moves the scene's world positions: this task's observation names none "
-                            "(Term.axes)")
         data = read_transitions(ctx.data, ["policy"])
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
@@ -221,8 +193,6 @@ class BC(Algorithm):
         self.obs, self.action = self.packer.pack(obs[~val]), action[~val]
         self.val_obs, self.val_action = self.packer.pack(obs[val]), action[val]
         self.noise_scale = state_noise_scale(obs[~val], ctx.layout, cfg.obs_noise) if cfg.obs_noise > 0 else None
-        self.shift_x, self.shift_y = (torch.tensor(e, dtype=torch.long, device=self.device)
-                                      for e in shift_entries(ctx.layout))
         del obs
         self.num_updates = 0
         self._val_loss = float("nan")
@@ -241,8 +211,6 @@ class BC(Algorithm):
         obs = self.packer.unpack_rows(self.obs, idx)
         if self.noise_scale is not None:
             obs = obs + torch.randn(obs.shape, generator=self.generator, device=self.device) * self.noise_scale
-        if self.cfg.shift > 0:
-            obs = shift_scene(obs, self.shift_x, self.shift_y, self.cfg.shift, self.generator)
         loss = self.loss(obs, self.action[idx])
         extra = {}
         if self.ground is not None:

@@ -45,17 +45,9 @@ class Term:
     shape: tuple[int, ...] = ()  # image terms: (channels, height, width), size = their product, channel-major
     # image terms: the values are uint8 pixels times 1/255 exactly (core/pixels.py), so a store may keep them as uint8
     quantized: bool = False
-    # per entry, the world axis ("x", "y", "z") along which it moves when the whole scene (robot included) is moved,
-    # "" where it does not (a position from the grip point, a rotation): () for a term without such entries. What a
-    # translation of the scene changes, so that a learner can augment its data with moved scenes (``bc.shift``)
-    axes: tuple[str, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(v) for v in self.shape))
-        object.__setattr__(self, "axes", tuple(self.axes))
-        if self.axes and (len(self.axes) != self.size or not set(self.axes) <= {"", "x", "y", "z"}):
-            raise ValueError(f"term {self.name!r}: axes names x, y, z or '' for each of its {self.size} entries, got "
-                             f"{self.axes}")
         if self.shape and (len(self.shape) != 3 or int(np_prod(self.shape)) != self.size):
             raise ValueError(f"term {self.name!r}: image shape {self.shape} must be (C, H, W) with C*H*W = size")
         if self.size < 1:
@@ -117,14 +109,6 @@ class Layout:
             if t.source in skip_sources:
                 continue
             out[t.name] = slice(start, start + t.size)
-            start += t.size
-        return out
-
-    def axis_entries(self, group: str, axis: str) -> list[int]:
-        """The group's entries that move along world ``axis`` when the whole scene is moved (``Term.axes``)."""
-        out, start = [], 0
-        for t in self.terms(group):
-            out += [start + i for i, a in enumerate(t.axes) if a == axis]
             start += t.size
         return out
 

@@ -131,34 +131,3 @@ def test_expert_detours_over_a_point_off_the_goal_then_places(minilm):
     e.reset(seed=4)
     plain(obs), knob(obs)
     assert not knob.via.any() and torch.equal(plain.generator.get_state(), knob.generator.get_state())
-
-
-def test_world_position_entries_and_a_moved_scene(env, tmp_path):
-    """``Term.axes``: the entries named x / y are exactly the world positions (the grip point, each cube's position
-    and start, the plate's and the tray's), not those from the grip point; ``bc.shift``'s moved scene adds one (dx, dy)
-    per row to those entries and changes nothing else; a task without them refuses the setting in one line."""
-    from embodied.algos.bc import shift_entries, shift_scene
-    from embodied.config import load_config
-    from embodied.core.errors import UserError
-    from embodied.tasks.manipulation.mini_libero import COLOURS
-    from embodied.train import train
-
-    obs, _ = env.reset(seed=3)
-    x, y = shift_entries(env.layout())
-    pos, _ = env.cube_poses()
-    grip = env.controller.ee_pose()[0]
-    for k, idx in enumerate((x, y)):
-        world = [grip[:, k]] + [pos[:, c, k] for c in range(len(COLOURS)) for _ in range(2)]  # position, start
-        world += [env.surface_xy[:, 0, k], env.surface_xy[:, 1, k]]  # the plate, the tray
-        got = obs["policy"][:, idx]
-        assert got.shape[1] == 1 + 2 * len(COLOURS) + 2
-        assert torch.allclose(got, torch.stack(world, 1).float(), atol=1e-6)
-    g = torch.Generator().manual_seed(0)
-    moved = shift_scene(obs["policy"], torch.tensor(x), torch.tensor(y), 0.1, g)
-    d = (torch.rand(6, 2, generator=torch.Generator().manual_seed(0)) * 2 - 1) * 0.1
-    expected = obs["policy"].clone()
-    expected[:, x] += d[:, :1]
-    expected[:, y] += d[:, 1:]
-    assert torch.equal(moved, expected) and bool((d.abs() > 0).all())
-    with pytest.raises(UserError, match="bc.shift"):
-        train(load_config("point-reach", None, ["algo=bc", "data=unused", "bc.shift=0.1"]), tmp_path / "run")

@@ -55,7 +55,6 @@ from embodied.tasks.manipulation.tabletop import CUBE, F64, TabletopConfig, Tabl
 
 COLOURS = ("red", "green", "blue", "yellow")
 CUBE_RGBA = ((0.85, 0.15, 0.15, 1.0), (0.15, 0.7, 0.2, 1.0), (0.15, 0.3, 0.9, 1.0), (0.95, 0.8, 0.1, 1.0))
-XYZ = ("x", "y", "z")  # a world position's entries (Term.axes)
 PLATE = (0.045, 0.045, 0.005)  # [m] half extents
 TRAY = (0.05, 0.05, 0.005)
 SUPPORTS = ("plate", "tray", *COLOURS)  # what a cube can be put on: index into this
@@ -350,14 +349,13 @@ class MiniLiberoEnv(TabletopEnv):
 
     # ---- layout and checkpoints -----------------------------------------------------------------
     def layout(self) -> Layout:
-        proprio = (Term("grip_pos", 3, "m", "world", "the grip point between the finger pads", axes=XYZ),
+        proprio = (Term("grip_pos", 3, "m", "world", "the grip point between the finger pads"),
                    Term("grip_rot6", 6, "1", "world", "first two columns of the gripper's rotation"),
                    Term("finger_opening", 1, "m", "", "distance between the finger pads"))
         objects = (*(Term(f"{c}_cube", 10, "m|1", "world", "position, position from the grip point, cos and sin of "
-                          "4 x yaw, where it stood at the episode's start (x, y)",
-                          axes=(*XYZ, *[""] * 5, "x", "y")) for c in COLOURS),
-                   Term("plate_pos", 6, "m", "world", "position, position from the grip point", axes=(*XYZ, *[""] * 3)),
-                   Term("tray_pos", 6, "m", "world", "position, position from the grip point", axes=(*XYZ, *[""] * 3)))
+                          "4 x yaw, where it stood at the episode's start (x, y)") for c in COLOURS),
+                   Term("plate_pos", 6, "m", "world", "position, position from the grip point"),
+                   Term("tray_pos", 6, "m", "world", "position, position from the grip point"))
         text = Term("instruction", TEXT_DIM, "1", "", "MiniLM embedding of the instruction", source="instruction")
         size = self.cfg.image_size
         image = Term("cameras", 6 * size * size, "1", "", "agentview then wrist RGB in [0, 1], channel-major",
