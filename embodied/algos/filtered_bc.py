@@ -69,6 +69,9 @@ class FilteredBC(SuccessRollouts):
             raise UserError("filtered-bc: batch_size >= 1, grad_steps >= 0, capacity >= 1 and lr > 0")
         if cfg.members < 1:
             raise UserError(f"filtered-bc.members is the number of clones acting as one: >= 1, got {cfg.members}")
+        if cfg.members > 1 and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
+            raise UserError("filtered-bc.members > 1 averages the members' Gaussian actions: give the policy a "
+                            "continuous head (policy.vla.head=continuous)")
         if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
             raise UserError(f"filtered-bc.keep is won or mixed (mixed needs group_size >= 2); got {cfg.keep!r} with "
                             f"group_size {cfg.group_size}")
@@ -80,9 +83,6 @@ class FilteredBC(SuccessRollouts):
         # member 0 is the rollouts' ``pi``; the others are built alike (their weights come from init=)
         self.members = [self.pi, *(self.build_policy(ctx).to(self.device) for _ in range(cfg.members - 1))]
         self.ensemble = EnsembleActor(self.members) if cfg.members > 1 else None
-        if self.ensemble is not None and getattr(self.pi, "head", "continuous") != "continuous":
-            raise UserError("filtered-bc.members > 1 averages the members' Gaussian actions: give the policy a "
-                            "continuous head (policy.vla.head=continuous)")
         self.opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in self.members]
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
@@ -125,11 +125,9 @@ class FilteredBC(SuccessRollouts):
         the ensemble's ``act`` takes) and of their scales."""
         if self.ensemble is None:
             return super().dist(obs)
-        dists = [m.dist(obs, self.cfg.temperature) if hasattr(m, "dist_from") else m.dist(obs) for m in self.members]
-        scale = torch.stack([d.stddev for d in dists]).mean(0)
-        if not hasattr(self.members[0], "dist_from"):  # a plain Gaussian actor: the temperature scales here
-            scale = scale * self.cfg.temperature
-        return torch.distributions.Normal(torch.stack([d.mean for d in dists]).mean(0), scale)
+        dists = [self.tempered(m, obs) for m in self.members]
+        return torch.distributions.Normal(torch.stack([d.mean for d in dists]).mean(0),
+                                          torch.stack([d.stddev for d in dists]).mean(0))
 
     def actor(self) -> nn.Module:
         return self.pi if self.ensemble is None else self.ensemble

@@ -167,10 +167,15 @@ class SuccessRollouts(Algorithm):
 
     def dist(self, obs: torch.Tensor):
         """The tempered policy the rollouts sample from (and GRPO's ratio is taken under)."""
+        return self.tempered(self.pi, obs)
+
+    def tempered(self, policy: nn.Module, obs: torch.Tensor):
+        """``policy``'s distribution at ``cfg.temperature``: the VLA's own (bins or Gaussian), else a Gaussian actor's
+        scale times it."""
         t = self.cfg.temperature
-        if hasattr(self.pi, "dist_from"):
-            return self.pi.dist(obs, t)
-        d = self.pi.dist(obs)
+        if hasattr(policy, "dist_from"):
+            return policy.dist(obs, t)
+        d = policy.dist(obs)
         return torch.distributions.Normal(d.mean, d.stddev * t)
 
     @torch.no_grad()
