@@ -19,8 +19,10 @@ objects' state; default) or ``pixels`` (agentview + wrist). Wall-clock per step 
 the sum of those commands' walls, evaluations during training included) are recorded. Goal: RL adds >= 30 points to
 the 1-demo BC policy and reaches >= 90% from the 10-demo one; BC + RL <= 2 hours on 2 cores (aim 30 minutes).
 
-Resumable: one JSON per (variant, seed) under ``--out``; finished ones are skipped. ``--plot`` draws the curves
-(eval success against env steps of the RL runs) as a PNG beside them.
+Resumable: one JSON per (variant, seed) under ``--out``; finished ones are skipped. ``--extend`` continues finished
+RL runs that made fewer than ``--rl-steps`` env steps from their last checkpoint (``embodied train --resume RUN
+total_steps=N``) and scores them again; the JSON keeps each earlier score under ``earlier`` and adds the extension's
+wall to the run's. ``--plot`` draws the curves (eval success against env steps of the RL runs) as a PNG beside them.
 
     python scripts/bench/bench_vla_lift.py [--seeds 0 1 2] [--demos 1 10] [--variants bc grpo ppo] [--rl-steps N]"""
 
@@ -99,6 +101,28 @@ def _curve(run_dir: Path) -> list[tuple[int, float, float]]:
             if "eval/success" in r]
 
 
+def _rl_steps(result: dict) -> int:
+    """The env-step budget a finished RL run was given (JSONs before ``rl_steps`` was recorded: the default's)."""
+    return int(result.get("rl_steps", 300_000))
+
+
+def _extend(result: dict, out: Path, path: Path, args) -> None:
+    """Continue the finished RL run of ``result`` to ``--rl-steps`` env steps from its last checkpoint, score it again
+    (the earlier score kept under ``earlier``) and rewrite its JSON."""
+    from embodied.provenance import code_commit
+
+    run_dir = out / "runs" / f"{result['variant']}_{result['observation']}_seed{result['seed']}"
+    print(f"extending {result['variant']} seed {result['seed']} to {args.rl_steps} steps", file=sys.stderr, flush=True)
+    _, wall, _ = _run(["embodied", "train", "--resume", str(run_dir), f"total_steps={args.rl_steps}"], args.timeout_s)
+    earlier = {k: result[k] for k in ("train_wall_s", "eval", "pipeline_wall_s", "commit") if k in result}
+    result["earlier"] = [*result.get("earlier", []), {"rl_steps": _rl_steps(result), **earlier}]
+    result.update(rl_steps=args.rl_steps, train_wall_s=round(result["train_wall_s"] + wall, 1),
+                  pipeline_wall_s=round(result["pipeline_wall_s"] + wall, 1), curve=_curve(run_dir),
+                  eval=_eval(run_dir, args.eval_episodes, args.timeout_s), commit=code_commit(),
+                  machine=machine_info())
+    path.write_text(json.dumps(result, indent=1))
+
+
 def main() -> None:
     from embodied.provenance import code_commit
 
@@ -121,6 +145,8 @@ def main() -> None:
     ap.add_argument("--demo-args", nargs="*", default=[], metavar="ARG",
                     help="more collect-demos arguments (e.g. --demo-args=--detour=0.5)")
     ap.add_argument("--out", default="bench_results/vla_lift")
+    ap.add_argument("--extend", action="store_true",
+                    help="continue finished RL runs that made fewer than --rl-steps env steps, then score them again")
     ap.add_argument("--plot", action="store_true", help="only draw the curves of what ran")
     args = ap.parse_args()
     out = Path(args.out).resolve()
@@ -132,7 +158,10 @@ def main() -> None:
                 for variant in args.variants:
                     name = f"{variant}{k}"
                     path = out / f"{name}_{args.observation}_seed{seed}.json"
-                    if path.exists() and json.loads(path.read_text()).get("finished"):
+                    done = json.loads(path.read_text()) if path.exists() else {}
+                    if done.get("finished"):
+                        if args.extend and variant != "bc" and _rl_steps(done) < args.rl_steps:
+                            _extend(done, out, path, args)
                         continue
                     print(f"running {name} seed {seed}", file=sys.stderr, flush=True)
                     bc_dir = out / "runs" / f"bc{k}_{args.observation}_seed{seed}"
@@ -156,7 +185,7 @@ def main() -> None:
                                   for a in args.rl_set]
                         summary, wall, _ = _train(run_dir, [*RL[variant], *settings, *rl_set, f"seed={seed}", start,
                                                             f"total_steps={args.rl_steps}"], args.timeout_s)
-                        result.update(train_wall_s=round(wall, 1), curve=_curve(run_dir),
+                        result.update(train_wall_s=round(wall, 1), curve=_curve(run_dir), rl_steps=args.rl_steps,
                                       eval=_eval(run_dir, args.eval_episodes, args.timeout_s))
                     # the user's wait for this policy: demos + BC (+ this RL run), each command's wall, not the runs
                     # of other variants this invocation made in between
