@@ -13,11 +13,7 @@ and the rollout's success figure counts fresh starts only.
 
 Measured (mini-libero, filtered BC from a 75.4% clone of 10 demonstrations per task, seed 0, 300k steps, fraction 0.5):
 episodes from failed states succeeded 10-13% of the time (the clone's failures are systematic, not bad luck), and the
-run ended at 60.8% against 70.0% without branch starts: off by default.
-
-``at=start`` keeps only the failed episodes' initial states: the next rollout plays the starts it failed from again
-(prioritized level replay's replay of the levels where it does worst), so the successes it clones are whole episodes
-from the situations it gets wrong: the hard tasks and layouts of a suite get more of the rollouts."""
+run ended at 60.8% against 70.0% without branch starts: off by default."""
 
 from __future__ import annotations
 
@@ -33,9 +29,6 @@ from embodied.core.errors import UserError
 class BranchStartsConfig:
     fraction: float = 0.0  # of each rollout's groups started from the last rollout's states (0: off)
     source: str = "failed"  # failed: steps of the fresh-start episodes that failed; all: of every fresh-start episode
-    # which of their steps: any (every step a candidate) or start (only each episode's initial state: the starts it
-    # failed from are played again, as prioritized level replay replays the levels it does worst on)
-    at: str = "any"
 
 
 class BranchStarts:
@@ -61,8 +54,6 @@ class BranchStarts:
         states = torch.stack(self.rows[:valid.shape[0]])  # [T, N, S]
         self.rows = []
         take = (valid & episodes[None]).cpu()
-        if self.cfg.at == "start":  # every env's first episode starts the rollout: its first step is its start
-            take[1:] = False
         if bool(take.any()):
             self.candidates = states[take]
         else:

@@ -125,8 +125,6 @@ class SuccessRollouts(Algorithm):
             raise UserError(f"{name}: temperature > 0, got {temperature}")
         if cfg.branch_starts.source not in ("failed", "all"):
             raise UserError(f"{name}.branch_starts.source is failed or all, got {cfg.branch_starts.source!r}")
-        if cfg.branch_starts.at not in ("any", "start"):
-            raise UserError(f"{name}.branch_starts.at is any or start, got {cfg.branch_starts.at!r}")
 
     @property
     def rollout_length(self) -> int:
