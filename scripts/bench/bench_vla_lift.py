@@ -101,9 +101,17 @@ def _curve(run_dir: Path) -> list[tuple[int, float, float]]:
             if "eval/success" in r]
 
 
+RL_STEPS = 300_000  # --rl-steps' default
+
+
+def _run_dir(out: Path, name: str, observation: str, seed: int) -> Path:
+    """Where the run of variant ``name`` (``bc10``, ``filtered-bc10``, ...) for ``seed`` lives under ``--out``."""
+    return out / "runs" / f"{name}_{observation}_seed{seed}"
+
+
 def _rl_steps(result: dict) -> int:
     """The env-step budget a finished RL run was given (JSONs before ``rl_steps`` was recorded: the default's)."""
-    return int(result.get("rl_steps", 300_000))
+    return int(result.get("rl_steps", RL_STEPS))
 
 
 def _extend(result: dict, out: Path, path: Path, args) -> None:
@@ -111,7 +119,7 @@ def _extend(result: dict, out: Path, path: Path, args) -> None:
     (the earlier score kept under ``earlier``) and rewrite its JSON."""
     from embodied.provenance import code_commit
 
-    run_dir = out / "runs" / f"{result['variant']}_{result['observation']}_seed{result['seed']}"
+    run_dir = _run_dir(out, result["variant"], result["observation"], result["seed"])
     print(f"extending {result['variant']} seed {result['seed']} to {args.rl_steps} steps", file=sys.stderr, flush=True)
     _, wall, _ = _run(["embodied", "train", "--resume", str(run_dir), f"total_steps={args.rl_steps}"], args.timeout_s)
     earlier = {k: result[k] for k in ("train_wall_s", "eval", "pipeline_wall_s", "commit") if k in result}
@@ -131,7 +139,7 @@ def main() -> None:
     ap.add_argument("--demos", type=int, nargs="*", default=[1, 10], help="demonstrations per task")
     ap.add_argument("--variants", nargs="*", default=["bc", "grpo", "ppo"], choices=["bc", *RL])
     ap.add_argument("--bc-steps", type=int, default=2000)
-    ap.add_argument("--rl-steps", type=int, default=300_000)
+    ap.add_argument("--rl-steps", type=int, default=RL_STEPS)
     ap.add_argument("--observation", default="state", choices=["state", "pixels"])
     ap.add_argument("--eval-episodes", type=int, default=130)
     ap.add_argument("--timeout-s", type=float, default=4 * 3600.0)
@@ -164,7 +172,7 @@ def main() -> None:
                             _extend(done, out, path, args)
                         continue
                     print(f"running {name} seed {seed}", file=sys.stderr, flush=True)
-                    bc_dir = out / "runs" / f"bc{k}_{args.observation}_seed{seed}"
+                    bc_dir = _run_dir(out, f"bc{k}", args.observation, seed)
                     result = {"variant": name, "seed": seed, "demos_per_task": k, "observation": args.observation}
                     if variant == "bc":
                         demos = out / "demos" / f"demos{k}_seed{seed}"
@@ -179,7 +187,7 @@ def main() -> None:
                     else:
                         if not bc_dir.exists():
                             raise SystemExit(f"{name} needs {bc_dir}: run the bc variant first")
-                        run_dir = out / "runs" / f"{name}_{args.observation}_seed{seed}"
+                        run_dir = _run_dir(out, name, args.observation, seed)
                         start = f"base={bc_dir}" if variant.startswith("residual") else f"init={bc_dir}"
                         rl_set = [a.replace("DEMOS", str(out / "demos" / f"demos{k}_seed{seed}"))
                                   for a in args.rl_set]
