@@ -16,7 +16,11 @@ A mini-libero run (issue 13) is classed per task: ``success``, ``never reached``
 (the instructed cube rose, the goal never held: split into ``ended over the goal``, within 4.5 cm of the goal point
 in the plane at the episode's end, ``released`` and ``slipped`` as for pick-place) and ``reached, not lifted``; for
 a VLA with entity pointers also ``pointer lost``: failed episodes in which the first pointer left the instructed cube
-at some step (a tag across the classes: the clone chose, or switched to, another cube). Prints one JSON per run.
+at some step (a tag across the classes: the clone chose, or switched to, another cube), and ``froze`` (another tag:
+failed episodes whose grip point moved less than ``FROZEN_MM`` over their last ``FROZEN_STEPS`` steps: the policy
+came to rest before the goal held; on mini-libero's stacking task most failures of the 10-demo ensembles, the cube
+held at the carry height 3-8 mm off the support cube's centre while the members' actions there cancel, issue 13).
+Prints one JSON per run.
 
     python scripts/bench/bench_pick_failures.py RUN [RUN ...] [--episodes 100]
 """
@@ -36,6 +40,7 @@ from _machine import emit, first_episodes, machine_info  # noqa: E402
 # placement that missed (let go too early or off target); farther out, a drop on the way
 RELEASE_NEAR = 0.10
 GOAL_NEAR = 0.045  # [m] the cube's centre within this of the goal point (the plate's half width): over the goal
+FROZEN_STEPS, FROZEN_MM = 20, 2.0  # a failed episode whose grip point moved less than this over its last steps froze
 
 
 @torch.no_grad()
@@ -102,6 +107,8 @@ def classify_suite(env, policy, seed: int) -> dict:
     pointers = next((m for m in policy.modules()
                      if hasattr(m, "pointer_logits") and getattr(m, "pointers", None) is not None), None)
     first = True
+    path: list[torch.Tensor] = []  # the grip point before every step
+    length = torch.zeros(n, dtype=torch.long)  # each first episode's steps
 
     def watch(live: torch.Tensor, obs: dict, action: torch.Tensor) -> None:
         nonlocal first
@@ -110,6 +117,8 @@ def classify_suite(env, policy, seed: int) -> dict:
             first = False
         pos, _ = env.cube_poses()
         grip, _ = env.controller.ee_pose()
+        path.append(grip.clone())
+        length[live] += 1
         up = pos[:, :, 2] > CUBE + 0.01
         others = up.clone()
         others[rows, target] = False
@@ -129,6 +138,7 @@ def classify_suite(env, policy, seed: int) -> dict:
 
     success = first_episodes(env, policy, seed, watch, ended)
     fail = ~success
+    froze = fail & frozen(torch.stack(path), length)
     placed_not = fail & ~wrong & lifted
     released = placed_not & ~over & ~closed_up
     classes = {"success": success, "never reached": fail & ~wrong & ~lifted & ~reached,
@@ -139,9 +149,20 @@ def classify_suite(env, policy, seed: int) -> dict:
                "slipped": placed_not & ~over & closed_up}
     if pointers is not None:
         classes["pointer lost"] = fail & lost
+    classes["froze"] = froze
     per_task = {name: {"episodes": int((task == i).sum())} | {k: int((v & (task == i)).sum()) for k, v in
                                                              classes.items()} for i, name in enumerate(env.task_names)}
     return {**{k: int(v.sum()) for k, v in classes.items()}, "per_task": per_task}
+
+
+def frozen(path: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    """``[N]``: whether each episode's grip point (``path [T, N, 3]``, its first ``length [N]`` rows its episode's)
+    moved less than ``FROZEN_MM`` between its ``FROZEN_STEPS``-th last step and its last (episodes shorter than
+    ``FROZEN_STEPS`` + 1 steps: never)."""
+    rows = torch.arange(path.shape[1])
+    last = (length - 1).clamp_min(0)
+    moved = (path[last, rows] - path[(last - FROZEN_STEPS).clamp_min(0), rows]).norm(dim=1) * 1000.0
+    return (length > FROZEN_STEPS) & (moved < FROZEN_MM)
 
 
 def main() -> None:

@@ -110,3 +110,26 @@ def test_bench_hover_feasibility_searches_the_starts_a_policy_fails(tmp_path):
     assert len(out["unflown_thrust_to_weight"]) == unflown["starts"]
     assert [b["starts"] for b in out["by_thrust_to_weight"]["policy"]] == \
         [b["starts"] for b in out["by_thrust_to_weight"]["feasible_at_least"]]
+
+
+def test_pick_failures_frozen_reads_each_episode_last_steps():
+    """``froze``: the grip point moved < 2 mm between an episode's 20th-last step and its last; its own episode's rows
+    only (a shorter episode never counts)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("bench_pick_failures", SCRIPT.parent / "bench_pick_failures.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # its _machine import resolves through the sys.path entry it adds itself
+    assert bench.FROZEN_STEPS == 20 and bench.FROZEN_MM == 2.0
+    frozen = bench.frozen
+    path = torch.zeros(40, 4, 3, dtype=torch.float64)
+    path[:, 0, 0] = torch.arange(40) * 0.01  # moves 1 cm a step throughout
+    path[:20, 1, 0] = torch.arange(20) * 0.01  # moves, then rests from its 20th-last step on: froze
+    path[19:, 1, 0] = 0.19
+    path[:, 2, 1] = torch.arange(40) * 0.0000999  # 1.998 mm over 20 steps: froze; 3: a 15-step episode
+    length = torch.tensor([40, 40, 21, 15])
+    assert frozen(path, length).tolist() == [False, True, True, False]
+    path[:21, 2, 1] = torch.arange(21) * 0.000101  # 2.02 mm over its 20 steps: moved
+    assert frozen(path, length).tolist() == [False, True, False, False]
