@@ -1,7 +1,16 @@
 """Several independently trained actors acting as one: ``act(obs) = 1/K sum_k member_k.act(obs)``, the mean of their
 deterministic actions. Independent runs of one learner miss different starts of a task (quadrotor-hover: each of
 20 runs fails a different ~3% of 2000 starts, which the union flies but for 1.25%); their action mean flies most of
-them. The mean of equivariant members is equivariant. Members are any actors ``build_policy`` rebuilds."""
+them. The mean of equivariant members is equivariant. Members are any actors ``build_policy`` rebuilds.
+
+Where members disagree the mean can cancel to a standstill: mini-libero's stacking task, the 10-demo ensemble of
+seed 0 fine-tuned by filtered-bc, holds the cube at the carry height 3-8 mm off the support cube's centre with the
+five members' translations there pointing every way (z from -0.11 to +0.14, mean 0.002). Its single members freeze
+too (19-27 of their 30-46 failures on 130 starts against the ensemble's 13 of 18; ``bench_pick_failures.py``'s
+``froze``), so the mean is not the cause, and other ways of combining did no better on those 130 starts (mean
+86.9%): per step the member nearest the others 86.2%, the mean of the members within 0.1 of that one 87.7%, each
+env's own member where the mean cancels 86.9%, one member per env 81.5%, the mean plus 0.3 of the members' Gaussian
+scale as noise 87.7% (0.6: 79.2%); issue 13, stop 58."""
 
 from __future__ import annotations
 
