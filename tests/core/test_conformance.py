@@ -147,16 +147,13 @@ def check_seeding(task: str, **overrides) -> None:
     # a seed that changes the rollout changes it within SHORT steps; compared on those only (a rollout that differs
     # there differs in full), since a locomotion task's full rollout takes seconds
     short = min(steps, SHORT)
-    # the constructor's seed
-    first = _rollout(task, 3, None, steps, o)
-    assert _same(first, _rollout(task, 3, None, steps, o))
-    other = _rollout(task, 4, None, short, o)
-    assert not _same(first[:len(other)], other)
-    # the reset's seed re-seeds, whatever the constructor's was
-    first = _rollout(task, 0, 7, steps, o)
-    assert _same(first, _rollout(task, 1, 7, steps, o))
-    other = _rollout(task, 0, 8, short, o)
-    assert not _same(first[:len(other)], other)
+    # (constructor seed, reset seed) of a rollout, of one that must equal it, of one that must differ from it:
+    # the constructor's seed; then the reset's seed re-seeds, whatever the constructor's was
+    for seeds, same, differs in (((3, None), (3, None), (4, None)), ((0, 7), (1, 7), (0, 8))):
+        first = _rollout(task, *seeds, steps, o)
+        assert _same(first, _rollout(task, *same, steps, o))
+        other = _rollout(task, *differs, short, o)
+        assert not _same(first[:len(other)], other)
 
 
 @pytest.mark.parametrize("task", TASK_NAMES)
