@@ -47,8 +47,7 @@ class FilteredBCConfig:
     # the pool, where the demonstrations' share falls as the pool grows (13k of 60k steps after 300k env steps)
     demo_ratio: float | None = None
     # BC's regularizers (bc.obs_noise, bc.ground, bc.shift), so that the clone is fine-tuned with the loss it was
-    # cloned with (mini-libero's config sets them as its BC's): without the grounding loss the pointers learn from
-    # the actions alone
+    # cloned with (mini-libero's config sets them as its BC's): without the grounding loss the pointers learn from the actions alone
     obs_noise: float = 0.0
     ground: float = 0.0
     shift: float = 0.0  # bc.shift's scene shift in the table plane [m]
