@@ -51,10 +51,6 @@ class BCConfig:
     # pointer at the object each demonstration moved and its second at what that object came to rest on (labels
     # read off the episode itself: ``grounding_labels``); 0: the pointers learn from the cloning loss alone
     ground: float = 0.0
-    # [m] each training input's scene moved in the table plane by U(-shift, shift) per axis: the entries the task
-    # declares as positions in that plane (its layout's ``plane_xy``) all move together, relative positions and the
-    # action stay (the demonstrations' actions are offsets); 0: off
-    shift: float = 0.0
 
 
 def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float = 0.05, moved_at_least: float = 0.01
@@ -90,39 +86,6 @@ def state_noise_scale(obs: torch.Tensor, layout, scale: float) -> torch.Tensor:
     for start, size, _ in state_terms(layout):
         keep[start:start + size] = 1.0
     return scale * std * keep
-
-
-def plane_pairs(layout, group: str = "policy") -> torch.Tensor | None:
-    """``[P, 2]`` (long): the (x, y) entry indices of ``group`` that the task's layout declares as positions in the
-    table plane (``extras["plane_xy"][group]``); None where it declares none."""
-    pairs = (layout.extras.get("plane_xy", {}) if layout is not None else {}).get(group)
-    return torch.tensor(pairs, dtype=torch.long).reshape(-1, 2) if pairs else None
-
-
-def plane_shift(obs: torch.Tensor, pairs: torch.Tensor, half_width: float, generator: torch.Generator
-                ) -> torch.Tensor:
-    """``obs [B, D]`` with every row's scene moved in the table plane: one ``(dx, dy)`` per row, each
-    U(-half_width, half_width), added to the entries ``pairs [P, 2]`` names (x to the first, y to the second)."""
-    d = (torch.rand(obs.shape[0], 2, generator=generator, device=obs.device, dtype=obs.dtype) * 2.0 - 1.0) * half_width
-    out = obs.clone()
-    pairs = pairs.to(obs.device)
-    out[:, pairs[:, 0]] += d[:, :1]
-    out[:, pairs[:, 1]] += d[:, 1:]
-    return out
-
-
-def check_shift(shift: float, layout, what: str) -> torch.Tensor | None:
-    """``plane_pairs`` for ``<what>.shift`` (None where it is 0); a clear error for a bad value or a task (or an
-    observation mode) that declares no plane positions."""
-    if not shift >= 0:
-        raise UserError(f"{what}.shift moves the scene by up to this many metres: >= 0, got {shift}")
-    if shift == 0:
-        return None
-    pairs = plane_pairs(layout)
-    if pairs is None:
-        raise UserError(f"{what}.shift needs a task whose policy observation declares its positions in the table plane "
-                        "(the layout's plane_xy; mini-libero with state observations does); this one declares none")
-    return pairs
 
 
 def episode_grounding(policy, obs: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
@@ -178,7 +141,6 @@ class BC(Algorithm):
                             "policy.vla.state_encoder=pointers")
         if not cfg.obs_noise >= 0:
             raise UserError(f"bc.obs_noise is a noise scale in standard deviations: >= 0, got {cfg.obs_noise}")
-        check_shift(cfg.shift, ctx.layout, "bc")
         data = read_transitions(ctx.data, ["policy"])
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
@@ -231,7 +193,6 @@ class BC(Algorithm):
         self.obs, self.action = self.packer.pack(obs[~val]), action[~val]
         self.val_obs, self.val_action = self.packer.pack(obs[val]), action[val]
         self.noise_scale = state_noise_scale(obs[~val], ctx.layout, cfg.obs_noise) if cfg.obs_noise > 0 else None
-        self.shift_pairs = check_shift(cfg.shift, ctx.layout, "bc")
         del obs
         self.num_updates = 0
         self._val_loss = float("nan")
@@ -250,8 +211,6 @@ class BC(Algorithm):
         obs = self.packer.unpack_rows(self.obs, idx)
         if self.noise_scale is not None:
             obs = obs + torch.randn(obs.shape, generator=self.generator, device=self.device) * self.noise_scale
-        if self.shift_pairs is not None:
-            obs = plane_shift(obs, self.shift_pairs, self.cfg.shift, self.generator)
         loss = self.loss(obs, self.action[idx])
         extra = {}
         if self.ground is not None:

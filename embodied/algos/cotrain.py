@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from embodied.algos.bc import check_shift, episode_grounding, grounding_loss, plane_shift, state_noise_scale
+from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 
@@ -19,13 +19,12 @@ class DemoLoss:
     drawn uniformly over both.
 
     BC's regularizers, so that fine-tuning clones with the loss the policy was cloned with: ``obs_noise`` (Gaussian
-    noise on the state entries, in standard deviations of the dataset's), ``ground`` (a pointer policy's grounding
-    cross-entropy, its labels read off every episode, the dataset's and each added one: ``bc.episode_grounding``) and
-    ``shift`` (the scene moved in the table plane: ``bc.plane_shift``)."""
+    noise on the state entries, in standard deviations of the dataset's) and ``ground`` (a pointer policy's grounding
+    cross-entropy, its labels read off every episode, the dataset's and each added one: ``bc.episode_grounding``)."""
 
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
                  what: str, layout=None, capacity: int = 0, demo_ratio: float | None = None, obs_noise: float = 0.0,
-                 ground: float = 0.0, shift: float = 0.0):
+                 ground: float = 0.0):
         from embodied.datasets import read_transitions
 
         if not path:
@@ -37,7 +36,7 @@ class DemoLoss:
             raise UserError(f"the dataset {path} has {data['state'].shape[1]} observation entries per step; the task "
                             f"has {obs_dim}")
         episode = torch.cumsum(data["initial"].long(), 0) - 1
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground, shift, what)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground)
         state = data["state"].to(device)
         self.data = {**self.packer.pack(state), "target": self._targets(data["action"].to(device), episode.to(device))}
         if self.ground:
@@ -47,26 +46,23 @@ class DemoLoss:
 
     @classmethod
     def empty(cls, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int, layout=None,
-              capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0, shift: float = 0.0,
-              what: str = "filtered-bc") -> DemoLoss:
+              capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0) -> DemoLoss:
         """A pool without demonstrations, filled by ``extend`` alone (the noise's scale from the first steps added)."""
         self = cls.__new__(cls)
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground, shift, what)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground)
         self.data = {**self.packer.pack(torch.zeros(0, obs_dim, device=device)),
                      "target": torch.zeros(0, self.horizon, 0, device=device)}
         if self.ground:
             self.data["ground"] = torch.zeros(0, 2, dtype=torch.long, device=device)
         return self
 
-    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground, shift,
-               what) -> None:
+    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground) -> None:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
         self.demo_ratio = demo_ratio  # the dataset's share of a minibatch beside added steps (None: uniform)
         self.layout, self.obs_noise = layout, obs_noise
         self.noise_scale: torch.Tensor | None = None
-        self.shift, self.shift_pairs = shift, check_shift(shift, layout, what)
         # a policy without entity pointers (an image policy) has nothing to ground
         self.ground = ground if getattr(policy, "pointers", None) is not None else 0.0
         self.policy = policy
@@ -153,8 +149,6 @@ class DemoLoss:
         obs, target = self.packer.unpack_rows(rows, slice(None)), rows["target"]
         if self.noise_scale is not None:
             obs = obs + torch.randn(obs.shape, generator=generator, device=obs.device) * self.noise_scale
-        if self.shift_pairs is not None:
-            obs = plane_shift(obs, self.shift_pairs, self.shift, generator)
         if not hasattr(policy, "bc_loss"):
             return ((policy(obs) - target[:, 0]) ** 2).mean()
         loss = policy.bc_loss(obs, target)

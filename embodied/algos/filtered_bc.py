@@ -46,11 +46,10 @@ class FilteredBCConfig:
     # the demonstrations' share of every minibatch once rollout steps joined the pool (RLPD's 0.5); None: uniform over
     # the pool, where the demonstrations' share falls as the pool grows (13k of 60k steps after 300k env steps)
     demo_ratio: float | None = None
-    # BC's regularizers (bc.obs_noise, bc.ground, bc.shift), so that the clone is fine-tuned with the loss it was
-    # cloned with (mini-libero's config sets them as its BC's): without the grounding loss the pointers learn from the actions alone
+    # BC's regularizers (bc.obs_noise, bc.ground), so that the clone is fine-tuned with the loss it was cloned with
+    # (mini-libero's config sets both as its BC's): without the grounding loss the pointers learn from the actions alone
     obs_noise: float = 0.0
     ground: float = 0.0
-    shift: float = 0.0  # bc.shift's scene shift in the table plane [m]
     # the policy is the action mean of this many clones (start from an ``ensemble=K`` BC run: init=RUN): the rollouts
     # act with their mean (each member's Gaussian mean and scale averaged), and every member clones the shared pool,
     # each on its own minibatches with its own optimizer; 1: one policy
@@ -85,7 +84,7 @@ class FilteredBC(SuccessRollouts):
         self.members = [self.pi, *(self.build_policy(ctx).to(self.device) for _ in range(cfg.members - 1))]
         self.ensemble = EnsembleActor(self.members) if cfg.members > 1 else None
         self.opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in self.members]
-        recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "shift": cfg.shift}
+        recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)

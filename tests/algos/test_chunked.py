@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from embodied.algos.bc import chunk_targets, grounding_labels, plane_shift
+from embodied.algos.bc import chunk_targets, grounding_labels
 from embodied.policies import ChunkedActor, ResidualActor, policy_spec
 from embodied.policies.actor_critic import DeterministicActor
 
@@ -41,21 +41,6 @@ def _counting_actor() -> ChunkedActor:
         pi.net[0].weight.fill_(1.0)
         pi.net[0].bias.copy_(torch.arange(4) / 10)
     return pi
-
-
-def test_plane_shift_exact_values():
-    # two rows, entries (x0, y0, z, x1, y1): the pairs (0, 1) and (3, 4) move by the row's (dx, dy), z stays
-    obs = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
-    g = torch.Generator().manual_seed(0)
-    u = torch.rand(2, 2, generator=g)
-    d = (u * 2 - 1) * 0.5
-    g.manual_seed(0)
-    out = plane_shift(obs, torch.tensor([[0, 1], [3, 4]]), 0.5, g)
-    expected = torch.tensor([[1 + d[0, 0], 2 + d[0, 1], 3.0, 4 + d[0, 0], 5 + d[0, 1]],
-                             [d[1, 0], d[1, 1], 0.0, d[1, 0], d[1, 1]]])
-    assert torch.equal(out, expected)
-    assert obs[1].abs().sum() == 0  # the input is not written
-    assert bool((d.abs() <= 0.5).all())
 
 
 def test_chunk_queues_execute_reset_and_peek_per_env():

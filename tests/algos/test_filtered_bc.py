@@ -120,11 +120,10 @@ def test_filtered_bc_learns_point_reach_and_checkpoints_its_pool(tmp_path):
 
 
 def test_the_pool_clones_with_bcs_noise_and_grounding(tmp_path, minilm):
-    """``filtered-bc.ground`` / ``obs_noise`` / ``shift``: the pool's loss is BC's, exactly: the cloning loss on noisy,
-    shifted states plus the pointers' grounding cross-entropy, its labels read off each episode, the dataset's and
-    each added one."""
+    """``filtered-bc.ground`` / ``obs_noise``: the pool's loss is BC's, exactly: the cloning loss on noisy states plus
+    the pointers' grounding cross-entropy, its labels read off each episode, the dataset's and each added one."""
     from embodied.algos.base import BuildContext
-    from embodied.algos.bc import episode_grounding, grounding_loss, plane_pairs, plane_shift, state_noise_scale
+    from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
     from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
     from embodied.config import PolicyConfig, VLAConfig
     from embodied.datasets import collect_demos, read_transitions
@@ -134,7 +133,7 @@ def test_the_pool_clones_with_bcs_noise_and_grounding(tmp_path, minilm):
     ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
                        PolicyConfig(arch="vla", vla=VLAConfig(state_encoder="pointers", head="continuous")),
                        layout=env.layout(), success_metric="success", data=str(tmp_path / "d"))
-    algo = FilteredBC(FilteredBCConfig(ground=1.0, obs_noise=0.05, shift=0.03), ctx)
+    algo = FilteredBC(FilteredBCConfig(ground=1.0, obs_noise=0.05), ctx)
     pool, pi = algo.pool, algo.pi
     data = read_transitions(tmp_path / "d", ["policy"])
     episode = torch.cumsum(data["initial"].long(), 0) - 1
@@ -150,7 +149,6 @@ def test_the_pool_clones_with_bcs_noise_and_grounding(tmp_path, minilm):
     g.manual_seed(3)
     rows = pool._draw(g)
     obs = rows["obs"] + torch.randn(rows["obs"].shape, generator=g) * pool.noise_scale
-    obs = plane_shift(obs, plane_pairs(env.layout()), 0.03, g)
     expected = pi.bc_loss(obs, rows["target"]) + grounding_loss(pi, obs, rows["ground"])[0]
     assert torch.allclose(loss, expected)
 

@@ -68,30 +68,6 @@ def test_cube_terms_keep_where_each_cube_started(env):
     assert (term[:, :2] - pos0[:, 0, :2].float() - 0.05).abs().max() < 0.01
 
 
-def test_plane_positions_are_the_absolute_ones(env):
-    """The layout's ``plane_xy`` (BC's scene shift) names exactly the (x, y) of the grip point, each cube's position
-    and start, the plate and the tray, and no relative position: the observation with the grip, every cube, the
-    plate and the tray moved by (dx, dy) is the observation with those entries moved."""
-    from embodied.algos.bc import plane_pairs
-
-    obs, _ = env.reset(seed=3)
-    pairs = plane_pairs(env.layout())
-    grip = env.controller.ee_pose()[0].float()
-    pos, _ = env.cube_poses()
-    absolute = [grip[:, :2], *(p for c in range(4) for p in (pos[:, c, :2].float(), env.cubes_xy[:, c].float())),
-                env.surface_xy[:, 0].float(), env.surface_xy[:, 1].float()]
-    assert pairs.shape == (len(absolute), 2)
-    for (ix, iy), xy in zip(pairs.tolist(), absolute):
-        assert torch.equal(obs["policy"][:, [ix, iy]], xy)
-    # the other entries are what a shift of everything leaves: the relative positions, heights, rotations, text
-    sl = env.layout().slices("policy")
-    rel = obs["policy"][:, sl["red_cube"]][:, 3:5]
-    assert torch.allclose(rel, (pos[:, 0, :2] - env.controller.ee_pose()[0][:, :2]).float(), atol=1e-6)
-    assert not set(pairs.flatten().tolist()) & set(range(sl["red_cube"].start + 3, sl["red_cube"].start + 8))
-    assert embodied.make_env("mini-libero", num_envs=1, seed=0, observation="pixels") \
-        .layout().extras.get("plane_xy") is None
-
-
 def test_groups_share_an_exact_start(env):
     obs = env.reset_envs(torch.tensor([3, 3, 3, 8, 8, 11]))
     q = env.sim.qpos

@@ -139,9 +139,6 @@ def test_bc_obs_noise_scales_state_entries_only(bc_run, tmp_path):
     with pytest.raises(UserError, match="obs_noise"):
         build(load_config("point-reach-language", None, [*QUIET, "algo=bc", f"data={data}", "policy.arch=vla",
                                                          "bc.obs_noise=-1"]), tmp_path / "probe")
-    with pytest.raises(UserError, match="bc.shift needs a task"):  # point-reach declares no table-plane positions
-        build(load_config("point-reach-language", None, [*QUIET, "algo=bc", f"data={data}", "policy.arch=vla",
-                                                         "bc.shift=0.02"]), tmp_path / "probe")
 
 
 def test_pointer_vla_learns_what_each_instruction_names_and_exports(minilm, tmp_path):

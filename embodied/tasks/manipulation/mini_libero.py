@@ -369,23 +369,8 @@ class MiniLiberoEnv(TabletopEnv):
                                "from it: which cube the rewards measure"),
                           Term("arm_qpos", 7, "rad"), Term("arm_qvel", 7, "rad/s"), text),
                "text": (text,)}
-        extras = {"instructions": self.instructions.texts}
-        if self.renderer is None:  # state: where the positions in the table plane sit (BC's scene shift, bc.shift)
-            extras["plane_xy"] = {"policy": self._plane_pairs()}
-        return Layout(obs, action, self.cfg.control_hz, notes=f"tasks: {', '.join(self.task_names)}", extras=extras)
-
-    @staticmethod
-    def _plane_pairs() -> list[list[int]]:
-        """The (x, y) entries of the state policy observation that are positions in the table plane: the grip point,
-        each cube's position and where it stood at the start, the plate's and the tray's position (not the
-        positions from the grip point: a shift of the whole scene leaves those)."""
-        cubes = 3 + 6 + 1  # after the grip point, its rotation and the finger opening
-        pairs = [[0, 1]]
-        for k in range(len(COLOURS)):
-            at = cubes + 10 * k
-            pairs += [[at, at + 1], [at + 8, at + 9]]
-        surfaces = cubes + 10 * len(COLOURS)
-        return pairs + [[surfaces, surfaces + 1], [surfaces + 6, surfaces + 7]]
+        return Layout(obs, action, self.cfg.control_hz, notes=f"tasks: {', '.join(self.task_names)}",
+                      extras={"instructions": self.instructions.texts})
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
         return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "cubes_xy",
