@@ -173,8 +173,9 @@ def render(tri, tri_geom, tri_rgb, geom_pos, geom_mat, cam_pos, cam_mat, fy, lig
                 k2 = (k + 1) % 3
                 da, db = -vc[k, 2] - NEAR, -vc[k2, 2] - NEAR
                 if da >= 0:
-                    poly_w[m] = wv[k]
-                    poly_c[m] = vc[k]
+                    for q in range(3):
+                        poly_w[m, q] = wv[k, q]
+                        poly_c[m, q] = vc[k, q]
                     m += 1
                 if (da >= 0) != (db >= 0):
                     s = da / (da - db)
@@ -184,7 +185,8 @@ def render(tri, tri_geom, tri_rgb, geom_pos, geom_mat, cam_pos, cam_mat, fy, lig
                     m += 1
             for fan in range(1, m - 1):  # the polygon as a fan of triangles
                 for q, k in enumerate((0, fan, fan + 1)):
-                    drawn_w[n_drawn, q] = poly_w[k]
+                    for qq in range(3):
+                        drawn_w[n_drawn, q, qq] = poly_w[k, qq]
                     sw[q] = -poly_c[k, 2]
                     sx[q] = cx + f * poly_c[k, 0] / sw[q]
                     sy[q] = cy - f * poly_c[k, 1] / sw[q]

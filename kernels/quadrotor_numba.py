@@ -348,8 +348,11 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
     for j in range(log.shape[0]):
         log[j] /= n
     if any_done:
-        final_pol[:] = pol
-        final_cri[:] = cri
+        for i in range(n):  # element loops: an array-valued slice assignment compiles numba's shape-error message
+            for j in range(pol.shape[1]):
+                final_pol[i, j] = pol[i, j]
+            for j in range(cri.shape[1]):
+                final_cri[i, j] = cri[i, j]
         for i in range(n):
             if not (terminated[i] or truncated[i]):
                 continue

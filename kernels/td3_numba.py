@@ -157,7 +157,8 @@ def critic_forward(flat, q_w, q_b, dims, e, x, ln, kind):
             _act(z, kind)
             h = z
         else:
-            out[:] = z[:, 0]
+            for i in range(z.shape[0]):
+                out[i] = z[i, 0]
     return out, (hs[1:], ns[1:], rstds[1:])
 
 
@@ -243,7 +244,7 @@ def _hidden(h, w, chi, chi_w):
     wh = _blocks(w, chi_w)
     zh = np.empty((n_g, h.shape[0], wh.shape[1]), dtype=np.float32)
     for k in range(n_g):
-        zh[k] = hh[k] @ wh[k].T
+        np.dot(hh[k], wh[k].T, zh[k])
     return _spatial(zh, chi, 1.0 / n_g)
 
 
@@ -331,12 +332,14 @@ def actor_backward(assembled, dims, groups, chi, chi_w, index, sign, grad, da, k
                     for r in range(co):
                         for i in range(ci):
                             gw[r, gp * ci + i] += c * gwk[r, i]
-                dhh[k] = dzh[k] @ wh[k]
+                np.dot(dzh[k], wh[k], dhh[k])
             d = _spatial(dhh, chi, 1.0)
             _act_backward(d, hs[lay], kind)
             continue
         gw = d.T @ hs[lay]  # [out, in]
-        g_asm[w0: w0 + do * di] += gw.reshape(do * di)
+        for r in range(do):
+            for i in range(di):
+                g_asm[w0 + r * di + i] += gw[r, i]
         if lay > 0:
             d = d @ w
             _act_backward(d, hs[lay], kind)
@@ -433,14 +436,18 @@ def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
             for j in range(width):
                 rows[b, j] = r[gi[j]] * gs[j]
         else:
-            rows[b] = r
+            for j in range(width):
+                rows[b, j] = r[j]
     obs = np.ascontiguousarray(rows[:, cols[0]: cols[0] + od])
     next_obs = np.ascontiguousarray(rows[:, cols[5]: cols[5] + od])
     x = np.empty((n, cd + ad), dtype=np.float32)  # [cobs, action]
     xt = np.empty((n, cd + ad), dtype=np.float32)  # [next_cobs, next action]
-    x[:, :cd] = rows[:, cols[1]: cols[1] + cd]
-    x[:, cd:] = rows[:, cols[2]: cols[2] + ad]
-    xt[:, :cd] = rows[:, cols[6]: cols[6] + cd]
+    for b in range(n):
+        for j in range(cd):
+            x[b, j] = rows[b, cols[1] + j]
+            xt[b, j] = rows[b, cols[6] + j]
+        for j in range(ad):
+            x[b, cd + j] = rows[b, cols[2] + j]
 
     # target: y = r + d min_j Q'_j(s', clip(pi'(s') + clip(eps s~, -c, c), -1, 1))
     noise, clip = np.float32(hp[TARGET_NOISE]), np.float32(hp[NOISE_CLIP])
@@ -471,7 +478,9 @@ def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
     # actor: L = -mean_b Q_1(s, pi(s)), the critic's parameters held constant
     if actor_step:
         a, ahs = actor_forward(pf_asm, p_dims, p_groups, chi, chi_w, obs, kind)
-        x[:, cd:] = a
+        for b in range(n):
+            for j in range(ad):
+                x[b, cd + j] = a[b, j]
         q1, cache = critic_forward(qf, q_w, q_b, q_dims, 0, x, ln, kind)
         stats[2] = -q1.sum() / batch
         dq = np.full(n, -1.0 / batch, dtype=np.float32)
