@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from embodied.core.base import TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 
@@ -295,7 +296,7 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
             played, succeeded = played + 1, succeeded + ok
             room = len(kept) < episodes
             if names:
-                k = int(ep["outcome"]["task_id"])
+                k = int(ep["outcome"][TASK_ID])
                 tally = per_task[names[k]]
                 tally[0], tally[1] = tally[0] + 1, tally[1] + ok
                 room = tally[2] < quota[k]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from embodied.core.base import VecEnv
+from embodied.core.base import TASK_ID, VecEnv
 from embodied.core.registry import TASKS
 from embodied.runtime.base import EpisodeStats
 
@@ -89,7 +89,7 @@ def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "
         done[ids] = True
         if bool(done.all()):
             break
-    task_id = first.pop("task_id", None)  # a suite of tasks: its envs say which task each episode was
+    task_id = first.pop(TASK_ID, None)  # a suite of tasks: its envs say which task each episode was
     out = {f"eval/{k}": v.mean().item() for k, v in first.items()}
     out["eval/return_std"] = first["return"].std(unbiased=False).item()
     names = getattr(env, "task_names", None)

@@ -16,7 +16,9 @@ class DemoLoss:
 
     With ``capacity`` > 0 it is also a pool that grows: ``extend`` adds episodes (a learner's own, e.g. the successful
     rollouts of filtered BC) to a ring of the newest ``capacity`` steps kept beside the dataset, and minibatches are
-    drawn uniformly over both.
+    drawn uniformly over both. With ``balance``, the added steps carry a group (``extend(..., group=)``: e.g. the task
+    of a suite each came from) and the rows drawn from the ring give every group present the same share, however
+    unequally the groups filled it.
 
     BC's regularizers, so that fine-tuning clones with the loss the policy was cloned with: ``obs_noise`` (Gaussian
     noise on the state entries, in standard deviations of the dataset's) and ``ground`` (a pointer policy's grounding
@@ -24,7 +26,7 @@ class DemoLoss:
 
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
                  what: str, layout=None, capacity: int = 0, demo_ratio: float | None = None, obs_noise: float = 0.0,
-                 ground: float = 0.0):
+                 ground: float = 0.0, balance: bool = False):
         from embodied.datasets import read_transitions
 
         if not path:
@@ -36,7 +38,7 @@ class DemoLoss:
             raise UserError(f"the dataset {path} has {data['state'].shape[1]} observation entries per step; the task "
                             f"has {obs_dim}")
         episode = torch.cumsum(data["initial"].long(), 0) - 1
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground, balance)
         state = data["state"].to(device)
         self.data = {**self.packer.pack(state), "target": self._targets(data["action"].to(device), episode.to(device))}
         if self.ground:
@@ -46,17 +48,18 @@ class DemoLoss:
 
     @classmethod
     def empty(cls, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int, layout=None,
-              capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0) -> DemoLoss:
+              capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0, balance: bool = False) -> DemoLoss:
         """A pool without demonstrations, filled by ``extend`` alone (the noise's scale from the first steps added)."""
         self = cls.__new__(cls)
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground, balance)
         self.data = {**self.packer.pack(torch.zeros(0, obs_dim, device=device)),
                      "target": torch.zeros(0, self.horizon, 0, device=device)}
         if self.ground:
             self.data["ground"] = torch.zeros(0, 2, dtype=torch.long, device=device)
         return self
 
-    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground) -> None:
+    def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground,
+               balance) -> None:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
@@ -69,6 +72,8 @@ class DemoLoss:
         self.ring: dict[str, torch.Tensor] = {}  # the added steps' packed observations, "target" (and "ground")
         self.filled = 0  # rows of the ring in use
         self.added = 0  # steps ever added (the next row written is added % capacity)
+        self.balance = balance
+        self._cdf: torch.Tensor | None = None  # the ring rows' cumulative draw weights (balance), made when needed
 
     @torch.no_grad()
     def _labels(self, state: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
@@ -94,15 +99,21 @@ class DemoLoss:
         return self.target.shape[0] + self.filled
 
     @torch.no_grad()
-    def extend(self, obs: dict[str, torch.Tensor], action: torch.Tensor, episode: torch.Tensor) -> None:
+    def extend(self, obs: dict[str, torch.Tensor], action: torch.Tensor, episode: torch.Tensor,
+               group: torch.Tensor | None = None) -> None:
         """Adds steps: ``obs`` packed as the packer packs them, ``action [M, act_dim]``, ``episode [M]`` (each step's
-        episode, episodes contiguous); past ``capacity`` the oldest added steps are overwritten."""
+        episode, episodes contiguous), and with ``balance`` each step's ``group [M]`` (integers >= 0); past
+        ``capacity`` the oldest added steps are overwritten."""
         if self.capacity < 1:
             raise ValueError("this DemoLoss was built without a capacity for added steps")
+        if self.balance and group is None:
+            raise ValueError("a balanced pool needs each added step's group")
         change = torch.ones_like(episode, dtype=torch.long)
         change[1:] = (episode[1:] != episode[:-1]).long()
         numbered = change.cumsum(0) - 1  # episodes numbered 0, 1, ...
         rows = {**obs, "target": self._targets(action, numbered)}
+        if self.balance:
+            rows["group"] = group.long()
         m = rows["target"].shape[0]
         if self.ground or (self.obs_noise > 0 and self.noise_scale is None):
             state = self.packer.unpack_rows(obs, torch.arange(m, device=numbered.device))
@@ -119,6 +130,24 @@ class DemoLoss:
             self.ring[k][at] = v
         self.added += m
         self.filled = min(self.capacity, self.filled + m)
+        self._cdf = None
+
+    def ring_weights(self) -> torch.Tensor:
+        """``[filled]``: each ring row's chance of being drawn (balance: 1 / (groups present x its group's rows))."""
+        if not (self.balance and "group" in self.ring):
+            return torch.full((self.filled,), 1.0 / max(self.filled, 1), dtype=torch.float64)
+        group = self.ring["group"][:self.filled]
+        count = torch.bincount(group)
+        return 1.0 / (count[group].double() * int((count > 0).sum()))
+
+    def _ring_rows(self, k: int, generator: torch.Generator) -> torch.Tensor:
+        """``k`` ring rows drawn with ``ring_weights`` (uniformly without ``balance``)."""
+        if not (self.balance and "group" in self.ring):
+            return torch.randint(self.filled, (k,), generator=generator, device=generator.device)
+        if self._cdf is None:
+            self._cdf = self.ring_weights().to(self.ring["group"].device).cumsum(0)
+        u = torch.rand(k, generator=generator, device=generator.device, dtype=torch.float64) * self._cdf[-1]
+        return torch.searchsorted(self._cdf, u, right=True).clamp_max(self.filled - 1)
 
     def sample(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """A minibatch ``(obs, target)`` drawn uniformly over the dataset's and the added steps, or with
@@ -134,14 +163,17 @@ class DemoLoss:
         if not self.filled:
             return {k: v[j] for k, v in self.data.items()}
         if not n_data:
-            return {k: v[j] for k, v in self.ring.items()}
+            j = self._ring_rows(self.batch_size, generator) if self.balance else j
+            return {k: v[j] for k, v in self.ring.items() if k != "group"}
         if self.demo_ratio is None:
             ring = j >= n_data
             j_data, j_ring = j[~ring], j[ring] - n_data
+            if self.balance:
+                j_ring = self._ring_rows(j_ring.numel(), generator)
         else:
             k = round(self.demo_ratio * self.batch_size)
             j_data = torch.randint(n_data, (k,), generator=generator, device=generator.device)
-            j_ring = torch.randint(self.filled, (self.batch_size - k,), generator=generator, device=generator.device)
+            j_ring = self._ring_rows(self.batch_size - k, generator)
         return {k: torch.cat([self.data[k][j_data], self.ring[k][j_ring]]) for k in self.data}
 
     def __call__(self, policy: torch.nn.Module, generator: torch.Generator) -> torch.Tensor:
@@ -162,6 +194,7 @@ class DemoLoss:
 
     def load_state_dict(self, state: dict) -> None:
         self.ring, self.filled, self.added = {}, int(state["filled"]), int(state["added"])
+        self._cdf = None
         if self.filled:
             self._allocate(state["ring"])
             for k, v in state["ring"].items():

@@ -23,6 +23,7 @@ from embodied.algos.branch_starts import BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss
 from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
+from embodied.core.base import TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import EnsembleActor
@@ -46,6 +47,10 @@ class FilteredBCConfig:
     # the demonstrations' share of every minibatch once rollout steps joined the pool (RLPD's 0.5); None: uniform over
     # the pool, where the demonstrations' share falls as the pool grows (13k of 60k steps after 300k env steps)
     demo_ratio: float | None = None
+    # how the rollout steps in a minibatch spread: pool (uniformly over the pool's steps, where the tasks a policy
+    # already masters fill most of it) or task (every task of a suite an equal share of them: the task each episode
+    # was, from the outcome's ``task_id``)
+    balance: str = "pool"
     # BC's regularizers (bc.obs_noise, bc.ground), so that the clone is fine-tuned with the loss it was cloned with
     # (mini-libero's config sets both as its BC's): without the grounding loss the pointers learn from the actions alone
     obs_noise: float = 0.0
@@ -75,6 +80,8 @@ class FilteredBC(SuccessRollouts):
         if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
             raise UserError(f"filtered-bc.keep is won or mixed (mixed needs group_size >= 2); got {cfg.keep!r} with "
                             f"group_size {cfg.group_size}")
+        if cfg.balance not in ("pool", "task"):
+            raise UserError(f"filtered-bc.balance is pool or task, got {cfg.balance!r}")
         return cls(cfg, ctx)
 
     def __init__(self, cfg: FilteredBCConfig, ctx: BuildContext):
@@ -84,7 +91,7 @@ class FilteredBC(SuccessRollouts):
         self.members = [self.pi, *(self.build_policy(ctx).to(self.device) for _ in range(cfg.members - 1))]
         self.ensemble = EnsembleActor(self.members) if cfg.members > 1 else None
         self.opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in self.members]
-        recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground}
+        recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task"}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)
@@ -100,7 +107,13 @@ class FilteredBC(SuccessRollouts):
         if bool(mask.any()):
             rows = {k: v.transpose(0, 1)[mask] for k, v in cols.items() if k not in ("action", "log_prob")}
             episode = torch.arange(self.num_envs, device=self.device)[:, None].expand_as(mask)[mask]
-            self.pool.extend(rows, cols["action"].transpose(0, 1)[mask], episode)
+            group = None
+            if self.pool.balance:
+                if bool((self.task_of[won] < 0).any()):
+                    raise UserError("filtered-bc.balance=task needs a suite whose episodes report their task "
+                                    f"(the outcome's {TASK_ID!r}); this task reports none: use balance=pool")
+                group = self.task_of[:, None].expand_as(mask)[mask]
+            self.pool.extend(rows, cols["action"].transpose(0, 1)[mask], episode, group)
         return {**self.rollout_log(valid), "filtered-bc/won_episodes": float(won.sum()),
                 "filtered-bc/pool_steps": float(self.pool.size), "filtered-bc/rollout_steps": float(self.pool.added)}
 

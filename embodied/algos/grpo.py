@@ -27,6 +27,7 @@ from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transit
 from embodied.algos.branch_starts import BranchStarts, BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss
 from embodied.algos.demo_starts import DemoStarts, DemoStartsConfig
+from embodied.core.base import TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
@@ -164,6 +165,8 @@ class SuccessRollouts(Algorithm):
         self.steps: list[dict[str, torch.Tensor]] = []  # per step: packed obs, action, log_prob, valid
         self.ended = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.success = torch.zeros(self.num_envs, device=self.device)
+        # each env's task in a suite (the outcome's ``TASK_ID``), -1 where the task reports none
+        self.task_of = torch.full((self.num_envs,), -1, dtype=torch.long, device=self.device)
 
     def dist(self, obs: torch.Tensor):
         """The tempered policy the rollouts sample from (and GRPO's ratio is taken under)."""
@@ -195,6 +198,9 @@ class SuccessRollouts(Algorithm):
             if outcome is None:
                 raise UserError(f"{self.name}: the task reported no {self.success_key!r} outcome at an episode's end")
             self.success = torch.where(done, (outcome > 0.5).float(), self.success)
+            task = tr.outcome.get(TASK_ID)
+            if task is not None:
+                self.task_of = torch.where(done, task.to(self.task_of), self.task_of)
             self.ended |= done
 
     def take_steps(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

@@ -19,6 +19,9 @@ import torch
 
 from embodied.core.errors import UserError
 
+# key of an episode's outcome (``final_info``) that says which task of a suite it was, where one env holds a mix
+TASK_ID = "task_id"
+
 Obs = dict[str, torch.Tensor]
 
 

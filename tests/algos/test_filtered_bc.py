@@ -73,6 +73,50 @@ def test_the_pool_keeps_the_newest_steps_and_samples_both_sources(tmp_path):
     assert again.size == 5 and again.added == 7 and torch.equal(again.ring["obs"], pool.ring["obs"])
 
 
+def test_a_balanced_pool_gives_every_group_the_same_share():
+    from embodied.algos.cotrain import DemoLoss
+    from embodied.policies import GaussianActor
+
+    pi = GaussianActor(4, 2, [8])
+    pool = DemoLoss.empty(pi, 4, torch.device("cpu"), 4000, capacity=100, balance=True)
+    obs = torch.arange(100.0)[:, None].expand(100, 4)
+    group = torch.tensor([0] * 90 + [3] * 10)  # group 3: 10 of 100 steps; groups 1-2 absent
+    with pytest.raises(ValueError, match="group"):
+        pool.extend({"obs": obs}, torch.zeros(100, 2), torch.zeros(100, dtype=torch.long))
+    pool.extend({"obs": obs}, torch.zeros(100, 2), torch.zeros(100, dtype=torch.long), group)
+    w = pool.ring_weights()
+    assert torch.equal(w, torch.tensor([1 / 180] * 90 + [1 / 20] * 10, dtype=torch.float64))  # 1 / (2 groups x rows)
+    seen, _ = pool.sample(torch.Generator().manual_seed(0))
+    share = float((seen[:, 0] >= 90).double().mean())
+    assert abs(share - 0.5) < 0.03  # 4000 draws: std 0.008
+    assert set(seen[seen[:, 0] >= 90, 0].tolist()) == set(range(90, 100))  # every row of the small group drawn
+    # the pool's own filled-uniform weights without balance; resumed, the groups and the weights come back
+    assert torch.equal(DemoLoss.empty(pi, 4, torch.device("cpu"), 8, capacity=4).ring_weights(), torch.zeros(0).double())
+    again = DemoLoss.empty(pi, 4, torch.device("cpu"), 4000, capacity=100, balance=True)
+    again.load_state_dict(pool.state_dict())
+    assert torch.equal(again.ring_weights(), w)
+
+
+def test_filtered_bc_balances_its_pool_by_the_episodes_tasks():
+    from embodied.algos.base import Transition
+    from embodied.core.errors import UserError
+
+    algo = _fbc(grad_steps=0, balance="task")
+    algo.rollout_starts()
+    for t in range(3):  # envs 0-2 succeed at steps 0 / 1 / 2, their tasks 5 / 5 / 2; env 3 never ends
+        obs = {"policy": torch.tensor([[i, t, 0.0, 0.0] for i in range(4)])}
+        action, extras = algo.act(obs)
+        done = torch.tensor([t == e for e in (0, 1, 2, 9)])
+        algo.observe(Transition(obs, action, torch.zeros(4), done, torch.zeros(4, dtype=torch.bool), obs, extras,
+                                outcome={"success": torch.ones(4), "task_id": torch.tensor([5.0, 5, 2, 7])}))
+    algo.update()
+    assert algo.pool.ring["group"][:6].tolist() == [5, 5, 5, 2, 2, 2]  # env-major: env 0's step, env 1's two, env 2's
+    assert torch.allclose(algo.pool.ring_weights(), torch.full((6,), 1 / 6, dtype=torch.float64))
+    unlabelled = _fbc(grad_steps=0, balance="task")  # a task that reports no task of a suite: one clear error
+    with pytest.raises(UserError, match="balance=pool"):
+        _rollout(unlabelled, ends=[0, 0, 0, 0], outcomes=[1, 1, 1, 1])
+
+
 def test_demonstrations_stay_in_the_pool_beside_the_rollouts(tmp_path):
     from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
     from embodied.cli import main
@@ -101,6 +145,9 @@ def test_bad_settings_are_one_clear_error(tmp_path):
 
     with pytest.raises(UserError, match="success"):
         train(load_config("target", None, ["algo=filtered-bc", "num_envs=8"]), tmp_path / "a")
+    with pytest.raises(UserError, match="balance"):
+        train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.balance=tasks"]),
+              tmp_path / "c")
     with pytest.raises(UserError, match="grad_steps"):
         train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.grad_steps=-1"]),
               tmp_path / "b")

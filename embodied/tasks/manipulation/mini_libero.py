@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from embodied.core.base import TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.layout import ActionTerm, Layout, Term
 from embodied.core.pixels import pixels_to_float
@@ -328,7 +329,7 @@ class MiniLiberoEnv(TabletopEnv):
         return StepTerms(terms, success | dropped, metrics)
 
     def _final_info(self, done):
-        return {"success": self.succeeded.float(), "task_id": self.task_id.float()}
+        return {"success": self.succeeded.float(), TASK_ID: self.task_id.float()}
 
     def step(self, action):
         out = super().step(action)
