@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from embodied.kernels.copy_numba import copy1
+
 NEAR = np.float32(0.01)  # [m] triangles with a vertex nearer than this (or behind the camera) are skipped
 
 
@@ -173,9 +175,8 @@ def render(tri, tri_geom, tri_rgb, geom_pos, geom_mat, cam_pos, cam_mat, fy, lig
                 k2 = (k + 1) % 3
                 da, db = -vc[k, 2] - NEAR, -vc[k2, 2] - NEAR
                 if da >= 0:
-                    for q in range(3):
-                        poly_w[m, q] = wv[k, q]
-                        poly_c[m, q] = vc[k, q]
+                    copy1(poly_w[m], wv[k])
+                    copy1(poly_c[m], vc[k])
                     m += 1
                 if (da >= 0) != (db >= 0):
                     s = da / (da - db)
@@ -185,8 +186,7 @@ def render(tri, tri_geom, tri_rgb, geom_pos, geom_mat, cam_pos, cam_mat, fy, lig
                     m += 1
             for fan in range(1, m - 1):  # the polygon as a fan of triangles
                 for q, k in enumerate((0, fan, fan + 1)):
-                    for qq in range(3):
-                        drawn_w[n_drawn, q, qq] = poly_w[k, qq]
+                    copy1(drawn_w[n_drawn, q], poly_w[k])
                     sw[q] = -poly_c[k, 2]
                     sx[q] = cx + f * poly_c[k, 0] / sw[q]
                     sy[q] = cy - f * poly_c[k, 1] / sw[q]

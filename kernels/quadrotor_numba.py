@@ -23,6 +23,8 @@ import math
 import numba as nb
 import numpy as np
 
+from embodied.kernels.copy_numba import copy2
+
 
 @nb.njit(inline="always", fastmath=True, cache=True, error_model="numpy")
 def deriv(x, p, u, k, geo):
@@ -348,11 +350,8 @@ def hover_step(action, x, p, noise_scale, hist, ep_len, last_out, nominal, c, dt
     for j in range(log.shape[0]):
         log[j] /= n
     if any_done:
-        for i in range(n):  # element loops: an array-valued slice assignment compiles numba's shape-error message
-            for j in range(pol.shape[1]):
-                final_pol[i, j] = pol[i, j]
-            for j in range(cri.shape[1]):
-                final_cri[i, j] = cri[i, j]
+        copy2(final_pol, pol)  # not final_pol[:] = pol (kernels/copy_numba.py)
+        copy2(final_cri, cri)
         for i in range(n):
             if not (terminated[i] or truncated[i]):
                 continue

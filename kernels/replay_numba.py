@@ -5,6 +5,8 @@
 import numba as nb
 import numpy as np
 
+from embodied.kernels.copy_numba import copy1
+
 
 @nb.njit(cache=True)
 def nstep_push(head_buf, ret, count, live, slot, head, reward, terminated, truncated, fresh, gamma,
@@ -17,10 +19,8 @@ def nstep_push(head_buf, ret, count, live, slot, head, reward, terminated, trunc
         if fresh[e]:
             for j in range(n):
                 live[j, e] = False
-    width = head.shape[1]
-    for e in range(envs):  # element loops here: an array-valued slice assignment compiles numba's shape-error message
-        for k in range(width):
-            head_buf[slot, e, k] = head[e, k]
+    for e in range(envs):
+        copy1(head_buf[slot, e], head[e])  # not head_buf[slot] = head (kernels/copy_numba.py)
         ret[slot, e] = 0.0
         count[slot, e] = 0
         live[slot, e] = True
@@ -35,8 +35,7 @@ def nstep_push(head_buf, ret, count, live, slot, head, reward, terminated, trunc
         for e in range(envs):
             if live[j, e] and (count[j, e] == n or terminated[e] or truncated[e]):
                 live[j, e] = False
-                for k in range(width):
-                    out_head[m, k] = head_buf[j, e, k]
+                copy1(out_head[m], head_buf[j, e])
                 out_ret[m] = ret[j, e]
                 out_discount[m] = g ** np.float32(count[j, e]) * (np.float32(0.0) if terminated[e] else
                                                                    np.float32(1.0))

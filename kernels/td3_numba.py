@@ -24,6 +24,7 @@ import math
 import numba as nb
 import numpy as np
 
+from embodied.kernels.copy_numba import copy1, copy2
 from embodied.kernels.quadrotor_numba import _next, normal_pair
 
 RELU, TANH = 0, 1
@@ -157,8 +158,7 @@ def critic_forward(flat, q_w, q_b, dims, e, x, ln, kind):
             _act(z, kind)
             h = z
         else:
-            for i in range(z.shape[0]):
-                out[i] = z[i, 0]
+            copy1(out, z[:, 0])
     return out, (hs[1:], ns[1:], rstds[1:])
 
 
@@ -436,18 +436,15 @@ def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
             for j in range(width):
                 rows[b, j] = r[gi[j]] * gs[j]
         else:
-            for j in range(width):
-                rows[b, j] = r[j]
+            copy1(rows[b], r)
     obs = np.ascontiguousarray(rows[:, cols[0]: cols[0] + od])
     next_obs = np.ascontiguousarray(rows[:, cols[5]: cols[5] + od])
     x = np.empty((n, cd + ad), dtype=np.float32)  # [cobs, action]
     xt = np.empty((n, cd + ad), dtype=np.float32)  # [next_cobs, next action]
-    for b in range(n):
-        for j in range(cd):
-            x[b, j] = rows[b, cols[1] + j]
-            xt[b, j] = rows[b, cols[6] + j]
-        for j in range(ad):
-            x[b, cd + j] = rows[b, cols[2] + j]
+    # not x[:, :cd] = rows[...] (kernels/copy_numba.py)
+    copy2(x[:, :cd], rows[:, cols[1]: cols[1] + cd])
+    copy2(xt[:, :cd], rows[:, cols[6]: cols[6] + cd])
+    copy2(x[:, cd:], rows[:, cols[2]: cols[2] + ad])
 
     # target: y = r + d min_j Q'_j(s', clip(pi'(s') + clip(eps s~, -c, c), -1, 1))
     noise, clip = np.float32(hp[TARGET_NOISE]), np.float32(hp[NOISE_CLIP])
@@ -478,9 +475,7 @@ def _gradients(storage, cols, dims3, aug_index, aug_sign, idx, g, eps, batch,
     # actor: L = -mean_b Q_1(s, pi(s)), the critic's parameters held constant
     if actor_step:
         a, ahs = actor_forward(pf_asm, p_dims, p_groups, chi, chi_w, obs, kind)
-        for b in range(n):
-            for j in range(ad):
-                x[b, cd + j] = a[b, j]
+        copy2(x[:, cd:], a)
         q1, cache = critic_forward(qf, q_w, q_b, q_dims, 0, x, ln, kind)
         stats[2] = -q1.sum() / batch
         dq = np.full(n, -1.0 / batch, dtype=np.float32)
