@@ -7,6 +7,18 @@ import os
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_per_worker():
+    """Under xdist (the default run: ``-n 2``, one worker per core) every test starts on one torch thread: a worker's
+    torch otherwise takes a thread per core until a ``train`` in it sets ``torch_threads`` (1), so which tests ran
+    first decided whether two workers ran four threads on two cores (numba keeps its threads: the kernels' tests check
+    their parallel paths)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def minilm(tmp_path_factory):
     """The offline MiniLM instruction encoder, loaded once per session (``HF_HUB_OFFLINE=1``), with the embedding
