@@ -91,7 +91,8 @@ def test_a_balanced_pool_gives_every_group_the_same_share():
     assert abs(share - 0.5) < 0.03  # 4000 draws: std 0.008
     assert set(seen[seen[:, 0] >= 90, 0].tolist()) == set(range(90, 100))  # every row of the small group drawn
     # the pool's own filled-uniform weights without balance; resumed, the groups and the weights come back
-    assert torch.equal(DemoLoss.empty(pi, 4, torch.device("cpu"), 8, capacity=4).ring_weights(), torch.zeros(0).double())
+    empty = DemoLoss.empty(pi, 4, torch.device("cpu"), 8, capacity=4)
+    assert torch.equal(empty.ring_weights(), torch.zeros(0, dtype=torch.float64))
     again = DemoLoss.empty(pi, 4, torch.device("cpu"), 4000, capacity=100, balance=True)
     again.load_state_dict(pool.state_dict())
     assert torch.equal(again.ring_weights(), w)
