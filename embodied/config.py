@@ -53,6 +53,9 @@ class VLAConfig:
     # with pointers: the trunk also reads where the second pointer's object stands from the first's (the goal from
     # the object to move, in units of 5 cm), the offset a placement must bring to zero, from the raw positions
     relation: bool = False
+    # with pointers: each pointer hands the trunk exactly the one object it scores highest (a one-hot of the argmax,
+    # trained straight-through: the softmax's gradient), in training and acting alike, instead of the softmax mixture
+    hard_pointers: bool = False
 
 
 @dataclass

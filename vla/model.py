@@ -144,7 +144,7 @@ class EntityPointers(nn.Module):
     state term; ``kinds`` as in ``TermTokens``."""
 
     def __init__(self, terms: list, kinds: list, text_dim: int, pointers: int = 2, dim: int = 64,
-                 query_gain: float = 1.0):
+                 query_gain: float = 1.0, hard: bool = False):
         super().__init__()
         terms = [(int(a), int(b)) for a, b in terms]
         kinds = [int(k) for k in kinds]
@@ -168,6 +168,17 @@ class EntityPointers(nn.Module):
         self.pointers, self.dim = pointers, dim
         self.out_dim = pointers * dim
         self.query_gain = float(query_gain)
+        self.hard = bool(hard)
+
+    def weigh(self, logits: torch.Tensor) -> torch.Tensor:
+        """The pointers' weights over the entities from their scores: the softmax, or with ``hard`` its argmax as a
+        one-hot (the trunk is handed exactly one object's entries) whose gradient is the softmax's (straight-through:
+        Bengio et al. 2013)."""
+        soft = torch.softmax(logits, -1)
+        if not self.hard:
+            return soft
+        one_hot = nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(soft.dtype)
+        return one_hot + (soft - soft.detach())
 
     def _parts(self, state: torch.Tensor) -> list[torch.Tensor]:
         """Per kind of entity, its entities' entries ``[B, entities of the kind, size]``."""
@@ -193,7 +204,7 @@ class EntityPointers(nn.Module):
     def pick(self, state: torch.Tensor, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[B, pointers * dim]``: what the pointers hand over; and their attention ``[B, pointers, entities]``."""
         logits, values = self.attention(state, text)
-        weights = torch.softmax(logits, -1)
+        weights = self.weigh(logits)
         return (weights @ values).flatten(1), weights
 
     def forward(self, state: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
@@ -207,7 +218,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
                  width: int = 256, head: str = "tokens", bins: int = 256, chunk: int = 4, execute: int = 1,
                  obs_normalization: bool = True, low: list | None = None, high: list | None = None,
                  terms: list | None = None, state_encoder: str = "tokens", query_gain: float = 1.0,
-                 relation: bool = False):
+                 relation: bool = False, hard_pointers: bool = False):
         super().__init__()
         if head not in ("tokens", "continuous"):
             raise ValueError(f"head must be tokens or continuous, got {head!r}")
@@ -218,7 +229,8 @@ class VLAPolicy(ChunkQueue, nn.Module):
         self.init_kwargs = dict(obs_dim=obs_dim, act_dim=act_dim, text=list(text), image=image, vision=vision,
                                 width=width, head=head, bins=bins, chunk=chunk, execute=execute,
                                 obs_normalization=obs_normalization, low=low, high=high, terms=terms,
-                                state_encoder=state_encoder, query_gain=query_gain, relation=relation)
+                                state_encoder=state_encoder, query_gain=query_gain, relation=relation,
+                                hard_pointers=hard_pointers)
         self.act_dim, self.horizon, self.execute, self.bins, self.head = act_dim, chunk, execute, bins, head
         t0, t_len = int(text[0]), int(text[1])
         keep = torch.ones(obs_dim, dtype=torch.bool)
@@ -241,11 +253,13 @@ class VLAPolicy(ChunkQueue, nn.Module):
             if state_encoder == "tokens":
                 self.tokens = TermTokens(at, kinds, t_len)
             elif state_encoder == "pointers":
-                self.pointers = EntityPointers(at, kinds, t_len, query_gain=query_gain)
+                self.pointers = EntityPointers(at, kinds, t_len, query_gain=query_gain, hard=hard_pointers)
             else:
                 raise ValueError(f"state_encoder must be tokens or pointers, got {state_encoder!r}")
         if relation and self.pointers is None:
             raise ValueError("relation needs entity pointers (state_encoder=pointers)")
+        if hard_pointers and self.pointers is None:
+            raise ValueError("hard_pointers needs entity pointers (state_encoder=pointers)")
         self.relation = bool(relation)
         # with pointers the rest of the state reaches the trunk only through them: the objects' entries come as the
         # ones the instruction picks, so nothing can tie an action to where an unnamed object stands
@@ -315,7 +329,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
         if self.pointers is None:
             raise ValueError("grounded needs entity pointers (state_encoder=pointers)")
         raw, text, _ = self.split(obs)
-        weights = torch.softmax(self.pointers.attention(self.normalizer(raw), text)[0][:, :2], -1)
+        weights = self.pointers.weigh(self.pointers.attention(self.normalizer(raw), text)[0][:, :2])
         return torch.cat([raw[:, self.context_idx], (weights @ self.pointers.padded_entries(raw)).flatten(1)], 1)
 
     def fit_action_range(self, actions: torch.Tensor, quantile: float = 0.01) -> None:

@@ -182,6 +182,45 @@ def test_query_gain_scales_only_the_pointers_instruction_input_and_is_rebuilt_fr
     assert rebuilt.pointers.query_gain == 5.0
 
 
+def test_hard_pointers_hand_over_one_entity_and_pass_the_softmax_gradient():
+    from embodied.policies import build_policy
+
+    ptr = EntityPointers([[0, 3], [3, 4], [7, 4], [11, 3], [14, 3]], [0, 1, 1, 2, 2], TEXT, hard=True)
+    logits = torch.tensor([[[0.5, 2.0, -1.0, 0.0], [1.0, 1.0, 3.0, -2.0]]], requires_grad=True)
+    w = ptr.weigh(logits)
+    assert torch.equal(w.detach(), torch.tensor([[[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]]))
+    # the gradient is the softmax's: d(sum c * w) / d logits = s * (c - c . s) per pointer
+    c = torch.tensor([[[1.0, -2.0, 0.5, 3.0], [0.0, 4.0, -1.0, 2.0]]])
+    (w * c).sum().backward()
+    s = torch.softmax(logits.detach(), -1)
+    assert torch.allclose(logits.grad, s * (c - (c * s).sum(-1, keepdim=True)), atol=1e-6)
+    # the trunk is handed exactly the value of the top-scored entity, however close the runner-up scores
+    g = torch.Generator().manual_seed(3)
+    state, text = torch.randn(5, 17, generator=g), torch.randn(5, TEXT, generator=g)
+    with torch.no_grad():
+        scores, values = ptr.attention(state, text)
+        out = ptr(state, text)
+    top = scores.argmax(-1)  # [5, 2]
+    for p in range(2):
+        assert torch.equal(out[:, 64 * p:64 * (p + 1)], values[torch.arange(5), top[:, p]])
+    # a VLA with hard pointers: the relation reads the raw offset of the two top-scored entities, and the flag is
+    # rebuilt from the spec; without pointers it is refused
+    pi = VLAPolicy(17 + TEXT, 2, [17, TEXT], terms=SCENE, state_encoder="pointers", relation=True,
+                   hard_pointers=True, obs_normalization=False)
+    obs = torch.randn(6, 17 + TEXT, generator=g)
+    seen = {}
+    pi.trunk[0].register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
+    with torch.no_grad():
+        pi.chunk(obs)
+        top = pi.pointer_logits(obs)[:, :2].argmax(-1)
+    at = pi.pointers.entities(obs[:, :17])[torch.arange(6)[:, None], top]  # [6, 2, 3]
+    from embodied.vla.model import RELATION_SCALE
+    assert torch.allclose(seen["x"][:, -3:], (at[:, 1] - at[:, 0]) / RELATION_SCALE, atol=1e-5)
+    assert build_policy({"name": "vla", "kwargs": pi.init_kwargs}).pointers.hard
+    with pytest.raises(ValueError, match="hard_pointers needs entity pointers"):
+        VLAPolicy(17 + TEXT, 2, [17, TEXT], hard_pointers=True)
+
+
 def test_state_terms_of_a_language_task_group_objects_by_kind():
     from embodied.core.layout import Layout, Term
     from embodied.vla.build import state_terms
