@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -120,6 +121,24 @@ def warm_start(actor: torch.nn.Module, source: str) -> None:
         for key in ("low", "high"):
             if key in spec["kwargs"] and key in actor.init_kwargs:
                 actor.init_kwargs[key] = spec["kwargs"][key]
+    differ = spec_differences(spec["kwargs"], mine["kwargs"])
+    if differ:  # settings the weights fit either way (a pointer's hardness, a gain): the run's own apply, said once
+        print(f"init={source}: the weights load, but its policy was built with {', '.join(differ)}; this run uses "
+              "its own settings", file=sys.stderr)
+
+
+def spec_differences(theirs: dict, mine: dict, where: str = "") -> list[str]:
+    """``key=value`` (``theirs``'s) for every policy constructor setting that differs between two specs' kwargs,
+    ensemble members' included (``members.0.key``); the action range (``low`` / ``high``) is the weights'."""
+    out = []
+    for key in sorted(set(theirs) & set(mine) - {"low", "high"}):
+        a, b = theirs[key], mine[key]
+        if key == "members" and isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b)):
+                out += spec_differences(x.get("kwargs", {}), y.get("kwargs", {}), f"{where}members.{i}.")
+        elif a != b:
+            out.append(f"{where}{key}={a!r}")
+    return out
 
 
 def train(cfg: RunConfig, run_dir: Path | None = None) -> tuple[Path, dict]:

@@ -35,7 +35,7 @@ def test_bc_clones_a_language_task(bc_run):
     assert 0.0 <= heldout["eval/success"] <= 1.0  # measured (the gap is a figure, not a test): 0.08 vs 0.94
 
 
-def test_grpo_fine_tunes_the_cloned_vla(bc_run, tmp_path):
+def test_grpo_fine_tunes_the_cloned_vla(bc_run, tmp_path, capsys):
     run_dir, _ = bc_run
     cfg = load_config("point-reach-language", None, [*QUIET, "algo=grpo", "policy.arch=vla", f"init={run_dir}",
                                                      "num_envs=64", "total_steps=20000"])
@@ -48,6 +48,14 @@ def test_grpo_fine_tunes_the_cloned_vla(bc_run, tmp_path):
         assert torch.equal(v, bc_state[k]), k
     assert runner.algo.actor().normalizer.frozen
     runner.collector.close()
+    assert "the weights load" not in capsys.readouterr().err  # built alike: nothing to say
+    # a setting the weights fit either way but that the clone was not built with: loaded, and said in one line
+    other = load_config("point-reach-language", None, [*QUIET, "algo=grpo", "policy.arch=vla", f"init={run_dir}",
+                                                       "num_envs=64", "policy.vla.query_gain=2"])
+    (tmp_path / "probe2").mkdir()
+    build(other, tmp_path / "probe2").collector.close()
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "the weights load" in ln]
+    assert len(err) == 1 and "query_gain=1.0" in err[0]
     _, summary = train(cfg, tmp_path / "grpo")
     assert summary["eval/success"] >= FLOORS["grpo_vla_point_reach_language_success"]
 
