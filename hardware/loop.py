@@ -132,146 +132,24 @@ class ControlLoop:
         self.robot.reset_policy()
 
     def run(self) -> dict:
-        lc, robot, cfg = self.lifecycle, self.robot, self.cfg
+        """Connect, arm, fly until the flight ends (its duration, ticks or episodes; a stop, an e-stop, a fault),
+        disarm; returns the summary (also the log's last row)."""
+        cfg = self.cfg
         outcome, fault = "completed", None
         t_start = time.monotonic()
-        last_status = t_start
-        status_every = cfg.status_every_s if sys.stderr.isatty() else max(cfg.status_every_s, 5.0)
         if self.estop.latched:
             raise UserError(f"the e-stop is latched ({self.estop.reason}); reset it before arming")
         if cfg.log_path:
             self._log = open(cfg.log_path, "w")  # noqa: SIM115 - closed in the finally below
         try:
-            lc.to(Mode.CONNECTED, 0, "link open")
-            # everything allocated so far (torch, the simulator, the bundle) moves out of the collector's reach: a
-            # full collection of a heap that size stalled a 100 Hz loop for ~120 ms once per run. Before arming:
-            # between arming and the first tick the set-point stream must not pause (a PX4 vehicle's offboard
-            # failsafe took over after a 0.5 s collection of a large test process's heap)
-            gc.collect()
-            gc.freeze()
-            robot.arm()
-            lc.to(Mode.ARMED, 0, "armed")
-            self._reset_policy()
-            self._compute(robot.observe())  # warm-up call, not applied: the first tick is not the slow one
-            self._reset_policy()
-            lc.to(Mode.ACTIVE, 0, "control loop started")
-            last_seq = None
-            t0 = self._t_loop = time.monotonic()
-            deadline = t0
-            while True:
-                now = time.monotonic()
-                late = 0.0 if cfg.lockstep else max(0.0, now - deadline)
-                if not cfg.lockstep:
-                    self.lateness.append(late)
-                    if late >= self.period:  # a whole slot missed: count it, skip ahead, never catch up
-                        missed = int(late // self.period)
-                        self.overruns += missed
-                        deadline += missed * self.period
-                elapsed = now - t0
-                if self.estop.latched:
-                    lc.to(Mode.ESTOP, self.tick, f"e-stop: {self.estop.reason}")
-                    outcome = "estop"
-                    try:
-                        robot.estop()
-                    finally:  # whatever the link did, the HAL side is disarmed
-                        lc.to(Mode.DISARMED, self.tick, "e-stop")
-                    break
-                done = ((cfg.duration_s is not None and elapsed >= cfg.duration_s)
-                        or (cfg.max_ticks is not None and self.tick >= cfg.max_ticks)
-                        or (cfg.episodes is not None and len(self.episode_ends) >= cfg.episodes))
-                if done and lc.mode in (Mode.ACTIVE, Mode.HOLD):
-                    if cfg.episodes is not None or cfg.max_ticks is not None:  # a measured run: stop at once
-                        break
-                    lc.to(Mode.LANDING, self.tick, "end of flight")
-                if self._stop_reason and lc.mode in (Mode.ACTIVE, Mode.HOLD):
-                    lc.to(Mode.LANDING, self.tick, self._stop_reason)
-
-                state = robot.observe()
-                fresh = state.seq != last_seq
-                last_seq = state.seq
-                finite = isfinite(state.values)
-                if not finite:  # never fed to the policy: a stale state for the watchdog
-                    self.safety.counts.nonfinite_state += 1
-                    fresh = False
-                if state.info.get("episode_end"):
-                    self.episode_ends.append(state.info["episode_end"])
-                if state.info.get("new_episode") and self.tick > 0:
-                    self._reset_policy()
-                events: list[str] = []
-                action, policy_s = None, None
-                if lc.mode in (Mode.ACTIVE, Mode.HOLD):
-                    verdict = self.watchdog.update(fresh, self._command_ok)
-                    if verdict == "hold" and lc.mode == Mode.ACTIVE:
-                        lc.to(Mode.HOLD, self.tick, "stale state" if not fresh else "missing command")
-                    elif verdict == "ok" and lc.mode == Mode.HOLD:
-                        lc.to(Mode.ACTIVE, self.tick, "recovered")
-                        self._reset_policy()
-                    elif verdict == "land":
-                        lc.to(Mode.LANDING, self.tick, "hold timed out")
-                if lc.mode == Mode.ACTIVE:
-                    if finite:
-                        action, policy_s = self._compute(state)
-                        self.policy_s.append(policy_s)
-                        self._command_ok = action is not None and policy_s <= self.period
-                        if not self._command_ok:
-                            self.missed_commands += 1
-                            events.append("missed_command")
-                    else:
-                        events.append("nonfinite_state")
-                    command = action if action is not None else robot.hold_action()
-                    base = getattr(self.policy, "base_action", None) if action is not None else None
-                    command, ev = self.safety(command, robot.hold_action(), base)
-                    events += ev
-                    # a missing or non-finite state is the watchdog's business, not a fence breach
-                    if fresh and self.safety.outside_fence(robot.position(state)):
-                        self.safety.counts.geofence += 1
-                        events.append("geofence")
-                        lc.to(Mode.LANDING, self.tick, "geofence")
-                        command, _ = self.safety(robot.land_action(), robot.land_action())
-                elif lc.mode == Mode.HOLD:
-                    if fresh:  # the policy still runs (not applied): a hold for a missing command ends when it is back
-                        action, policy_s = self._compute(state)
-                        self._command_ok = action is not None and policy_s <= self.period
-                    command, ev = self.safety(robot.hold_action(), robot.hold_action())
-                    events += ev
-                elif lc.mode == Mode.LANDING:
-                    command, ev = self.safety(robot.land_action(), robot.land_action())
-                    events += ev
-                    self._land_ticks += 1
-                    if self._land_ticks > cfg.watchdog.land_ticks:
-                        robot.disarm()
-                        lc.to(Mode.DISARMED, self.tick, "landed")
-                        break
-                else:
-                    break
-                applied = robot.send_action(command)
-                if not cfg.lockstep:  # on time: the command reached the robot before the next tick's deadline
-                    self.finish_slack.append(deadline + self.period - time.monotonic())
-                self._row(time.monotonic() - t_start, late, state, action, applied, policy_s, events)
-                self.tick += 1
-                if cfg.status and time.monotonic() - last_status >= status_every:
-                    last_status = time.monotonic()
-                    self._print_status(elapsed)
-                if not cfg.lockstep:
-                    deadline += self.period
-                    pause = deadline - time.monotonic()
-                    if pause > 0:
-                        time.sleep(pause)
-                self._t_end = time.monotonic()
-            if lc.mode not in (Mode.DISARMED, Mode.ESTOP):
-                robot.disarm()
-                lc.to(Mode.DISARMED, self.tick, "stopped")
+            self._arm()
+            outcome = self._fly(t_start)
+            if self.lifecycle.mode not in (Mode.DISARMED, Mode.ESTOP):
+                self.robot.disarm()
+                self.lifecycle.to(Mode.DISARMED, self.tick, "stopped")
         except (RobotError, OSError) as e:
             outcome, fault = "fault", f"{type(e).__name__}: {e}"
-            if lc.mode not in (Mode.DISARMED, Mode.DISCONNECTED):
-                if lc.mode != Mode.ESTOP:
-                    lc.to(Mode.FAULT, self.tick, fault)
-                try:
-                    robot.disarm()
-                except (RobotError, OSError):
-                    pass  # the link is gone: nothing more reaches the robot
-                finally:
-                    lc.to(Mode.DISARMED, self.tick, "fault")
+            self._disarm_after(fault)
         finally:
             gc.unfreeze()
             if cfg.status:
@@ -281,6 +159,174 @@ class ControlLoop:
                 self._log.write(json.dumps({"summary": summary}) + "\n")
                 self._log.close()
         return summary
+
+    def _arm(self) -> None:
+        lc = self.lifecycle
+        lc.to(Mode.CONNECTED, 0, "link open")
+        # everything allocated so far (torch, the simulator, the bundle) moves out of the collector's reach: a
+        # full collection of a heap that size stalled a 100 Hz loop for ~120 ms once per run. Before arming:
+        # between arming and the first tick the set-point stream must not pause (a PX4 vehicle's offboard
+        # failsafe took over after a 0.5 s collection of a large test process's heap)
+        gc.collect()
+        gc.freeze()
+        self.robot.arm()
+        lc.to(Mode.ARMED, 0, "armed")
+        self._reset_policy()
+        self._compute(self.robot.observe())  # warm-up call, not applied: the first tick is not the slow one
+        self._reset_policy()
+        lc.to(Mode.ACTIVE, 0, "control loop started")
+
+    def _fly(self, t_start: float) -> str:
+        """The ticks, until the flight ends; returns the outcome: ``completed`` or ``estop``."""
+        cfg, robot = self.cfg, self.robot
+        status_every = cfg.status_every_s if sys.stderr.isatty() else max(cfg.status_every_s, 5.0)
+        last_status, last_seq = t_start, None
+        t0 = self._t_loop = time.monotonic()
+        deadline = t0
+        while True:
+            now = time.monotonic()
+            late, deadline = self._pace(now, deadline)
+            if self.estop.latched:
+                self._estop()
+                return "estop"
+            if self._end_of_flight(now - t0):
+                return "completed"
+            state = robot.observe()
+            fresh, finite = state.seq != last_seq, isfinite(state.values)
+            last_seq = state.seq
+            if not finite:  # never fed to the policy: a stale state for the watchdog
+                self.safety.counts.nonfinite_state += 1
+                fresh = False
+            if state.info.get("episode_end"):
+                self.episode_ends.append(state.info["episode_end"])
+            if state.info.get("new_episode") and self.tick > 0:
+                self._reset_policy()
+            step = self._command(state, fresh, finite)
+            if step is None:  # landed and disarmed
+                return "completed"
+            command, action, policy_s, events = step
+            applied = robot.send_action(command)
+            if not cfg.lockstep:  # on time: the command reached the robot before the next tick's deadline
+                self.finish_slack.append(deadline + self.period - time.monotonic())
+            self._row(time.monotonic() - t_start, late, state, action, applied, policy_s, events)
+            self.tick += 1
+            if cfg.status and time.monotonic() - last_status >= status_every:
+                last_status = time.monotonic()
+                self._print_status(now - t0)
+            if not cfg.lockstep:
+                deadline += self.period
+                pause = deadline - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+            self._t_end = time.monotonic()
+
+    def _pace(self, now: float, deadline: float) -> tuple[float, float]:
+        """How late this tick starts [s], and its deadline: a whole slot missed is counted and skipped, never
+        caught up. Lock-step ticks are never late."""
+        if self.cfg.lockstep:
+            return 0.0, deadline
+        late = max(0.0, now - deadline)
+        self.lateness.append(late)
+        if late >= self.period:
+            missed = int(late // self.period)
+            self.overruns += missed
+            deadline += missed * self.period
+        return late, deadline
+
+    def _estop(self) -> None:
+        self.lifecycle.to(Mode.ESTOP, self.tick, f"e-stop: {self.estop.reason}")
+        try:
+            self.robot.estop()
+        finally:  # whatever the link did, the HAL side is disarmed
+            self.lifecycle.to(Mode.DISARMED, self.tick, "e-stop")
+
+    def _end_of_flight(self, elapsed: float) -> bool:
+        """Starts the landing when the flight's duration is over or a stop was asked for; True when a measured run
+        (ticks or episodes) is over, which stops at once."""
+        cfg, lc = self.cfg, self.lifecycle
+        done = ((cfg.duration_s is not None and elapsed >= cfg.duration_s)
+                or (cfg.max_ticks is not None and self.tick >= cfg.max_ticks)
+                or (cfg.episodes is not None and len(self.episode_ends) >= cfg.episodes))
+        if done and lc.mode in (Mode.ACTIVE, Mode.HOLD):
+            if cfg.episodes is not None or cfg.max_ticks is not None:
+                return True
+            lc.to(Mode.LANDING, self.tick, "end of flight")
+        if self._stop_reason and lc.mode in (Mode.ACTIVE, Mode.HOLD):
+            lc.to(Mode.LANDING, self.tick, self._stop_reason)
+        return False
+
+    def _command(self, state, fresh: bool, finite: bool):
+        """This tick's command for the mode, through the safety filter: ``(command, action, policy_s, events)``,
+        or None once the landing is over (the robot disarmed) or in a mode that sends nothing."""
+        lc, robot = self.lifecycle, self.robot
+        events: list[str] = []
+        action, policy_s = None, None
+        if lc.mode in (Mode.ACTIVE, Mode.HOLD):
+            verdict = self.watchdog.update(fresh, self._command_ok)
+            if verdict == "hold" and lc.mode == Mode.ACTIVE:
+                lc.to(Mode.HOLD, self.tick, "stale state" if not fresh else "missing command")
+            elif verdict == "ok" and lc.mode == Mode.HOLD:
+                lc.to(Mode.ACTIVE, self.tick, "recovered")
+                self._reset_policy()
+            elif verdict == "land":
+                lc.to(Mode.LANDING, self.tick, "hold timed out")
+        if lc.mode == Mode.ACTIVE:
+            command, action, policy_s = self._active(state, fresh, finite, events)
+        elif lc.mode == Mode.HOLD:
+            if fresh:  # the policy still runs (not applied): a hold for a missing command ends when it is back
+                action, policy_s = self._compute(state)
+                self._command_ok = action is not None and policy_s <= self.period
+            command, ev = self.safety(robot.hold_action(), robot.hold_action())
+            events += ev
+        elif lc.mode == Mode.LANDING:
+            command, ev = self.safety(robot.land_action(), robot.land_action())
+            events += ev
+            self._land_ticks += 1
+            if self._land_ticks > self.cfg.watchdog.land_ticks:
+                robot.disarm()
+                lc.to(Mode.DISARMED, self.tick, "landed")
+                return None
+        else:
+            return None
+        return command, action, policy_s, events
+
+    def _active(self, state, fresh: bool, finite: bool, events: list[str]):
+        """The policy's action (the hold action when it has none in time), filtered; the geofence lands."""
+        robot = self.robot
+        action, policy_s = None, None
+        if finite:
+            action, policy_s = self._compute(state)
+            self.policy_s.append(policy_s)
+            self._command_ok = action is not None and policy_s <= self.period
+            if not self._command_ok:
+                self.missed_commands += 1
+                events.append("missed_command")
+        else:
+            events.append("nonfinite_state")
+        command = action if action is not None else robot.hold_action()
+        base = getattr(self.policy, "base_action", None) if action is not None else None
+        command, ev = self.safety(command, robot.hold_action(), base)
+        events += ev
+        # a missing or non-finite state is the watchdog's business, not a fence breach
+        if fresh and self.safety.outside_fence(robot.position(state)):
+            self.safety.counts.geofence += 1
+            events.append("geofence")
+            self.lifecycle.to(Mode.LANDING, self.tick, "geofence")
+            command, _ = self.safety(robot.land_action(), robot.land_action())
+        return command, action, policy_s
+
+    def _disarm_after(self, fault: str) -> None:
+        lc = self.lifecycle
+        if lc.mode in (Mode.DISARMED, Mode.DISCONNECTED):
+            return
+        if lc.mode != Mode.ESTOP:
+            lc.to(Mode.FAULT, self.tick, fault)
+        try:
+            self.robot.disarm()
+        except (RobotError, OSError):
+            pass  # the link is gone: nothing more reaches the robot
+        finally:
+            lc.to(Mode.DISARMED, self.tick, "fault")
 
     _command_ok = True
     _policy_error: str | None = None
