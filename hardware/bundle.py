@@ -12,6 +12,7 @@ import ctypes
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -105,30 +106,69 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
                  task: str | None = None, source: dict | None = None) -> dict:
     """The bundle of any exportable actor: ONNX (and C) from its program, parity on ``obs`` against
     ``actor.act``, metadata. ``source`` says where the policy came from (a run: dir, step, config hash)."""
-    import onnx
-
-    from embodied.hardware.onnx_export import program_to_onnx
-    from embodied.policies.export import chunk_spec, fold, program, residual_op, residual_program
-    from embodied.policies.residual import ResidualActor
-    from embodied.provenance import code_commit, versions
+    from embodied.policies.export import residual_op
+    from embodied.vla.build import instruction_term
 
     _check_format(fmt)
     out = Path(out)
     _writable(out)
     actor = actor.eval()
-    from embodied.vla.build import instruction_term
-
+    obs = np.ascontiguousarray(obs, np.float32)
     text = instruction_term(layout)
     if text is not None:  # a language-conditioned policy: ONNX with the instruction as its own input
-        return _write_instruction_bundle(actor, layout, np.ascontiguousarray(obs, np.float32), out, fmt, task,
-                                         source, text)
-    obs = np.ascontiguousarray(obs, np.float32)
+        return _write_instruction_bundle(actor, layout, obs, out, fmt, task, source, text)
     np.save(out / "observations.npy", obs)
-    x = torch.from_numpy(obs)
     parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL}
+    prog = _write_onnx(actor, layout, obs, out, f"embodied policy of {task}", parity)
+    parity["torch_vs_onnxruntime"] = float(np.abs(prog.onnx_out - prog.ref).max())
+    # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
+    op = residual_op(prog.ops)
+    residual = {"scale": per_dimension(op.attrs["scale"]), "limit": per_dimension(op.attrs["limit"])} \
+        if op is not None else None
+    c_info = None
+    if layout.images("policy"):
+        if fmt == "c":
+            raise UserError("policies with camera images export to ONNX only (--format onnx); the C emitter "
+                            "and the serial firmware carry state vectors")
+        c_info = {"skipped": "camera-image policy: ONNX only"}
+    elif fmt in ("c", "all"):
+        c_info = _write_c(prog, layout, obs, out, parity)
+    parity["passed"] = all(v <= PARITY_TOL for k, v in parity.items() if "_vs_" in k)
+    policy = {"input": "obs_base" if prog.base else "obs", "output": "action", "obs_dim": prog.obs_dim,
+              "act_dim": layout.action_size, "actor": type(actor).__name__, "ops": [op.kind for op in prog.ops],
+              **({"residual": {"output": "base_action", **residual}} if residual else {}),
+              **({"chunk": prog.chunk} if prog.chunk else {}), **({"base": prog.base} if prog.base else {})}
+    failure = f"parity failed (tolerance {PARITY_TOL}): " + ", ".join(
+        f"{k} {v:.2e}" for k, v in parity.items() if "_vs_" in k)
+    return _finish(out, layout, task, source, policy, parity, c_info, prog.files, failure)
+
+
+@dataclass
+class _Program:
+    """What ``_write_onnx`` wrote: the actor's program (``ops`` on ``obs_dim`` inputs), its outputs on the recorded
+    observations (``ref`` from torch, ``onnx_out`` from onnxruntime), the chunk it gives, and for a residual over an
+    action-chunked base that base's program (``base_ops``), metadata (``base``) and chunks."""
+
+    ops: list
+    obs_dim: int
+    ref: np.ndarray
+    onnx_out: np.ndarray
+    files: list[str]
+    chunk: dict | None = None
+    base: dict | None = None
+    base_ops: list | None = None
+    chunks: torch.Tensor | None = None
+
+
+def _write_onnx(actor, layout: Layout, obs: np.ndarray, out: Path, doc: str, parity: dict) -> _Program:
+    import onnx
+
+    from embodied.hardware.onnx_export import program_to_onnx
+    from embodied.policies.export import chunk_spec, fold, program, residual_program
+    from embodied.policies.residual import ResidualActor
+
+    x = torch.from_numpy(obs)
     files = ["policy.onnx", "observations.npy"]
-    doc = f"embodied policy of {task}"
-    base = None
     if isinstance(actor, ResidualActor) and chunk_spec(actor.base) is not None:
         # a residual over an action-chunked base is two programs: base.onnx gives the base's chunk, the runner's
         # queue picks its action b, policy.onnx maps [obs, b] to the action (parity on b = each chunk's first)
@@ -144,58 +184,52 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
         onnx_out = _session(out / "policy.onnx").run(None, {"obs_base": torch.cat([x, b], 1).numpy()})[0]
         base = {"file": "base.onnx", "input": "obs", "output": "action", "chunk": chunk_spec(actor.base),
                 "ops": [op.kind for op in base_ops]}
-        files.append("base.onnx")
-        chunk = None  # policy.onnx gives one action; the base's chunk is queued
-    else:
-        ops, obs_dim = program(actor)
-        chunk = chunk_spec(actor)  # an action-chunked policy: the program gives the chunk, the runner keeps the queue
-        ref = actor.chunk(x).reshape(obs.shape[0], -1).numpy() if chunk else actor.act(x).numpy()
-        onnx.save(program_to_onnx(fold(ops), obs_dim, doc=doc), str(out / "policy.onnx"))
-        onnx_out = _session(out / "policy.onnx").run(None, {"obs": obs})[0]
-    parity["torch_vs_onnxruntime"] = float(np.abs(onnx_out - ref).max())
-    # a residual over a base: its bound, which the deploy safety filter enforces against the base's action
-    op = residual_op(ops)
-    residual = {"scale": per_dimension(op.attrs["scale"]), "limit": per_dimension(op.attrs["limit"])} \
-        if op is not None else None
-    c_info = None
-    if layout.images("policy"):
-        if fmt == "c":
-            raise UserError("policies with camera images export to ONNX only (--format onnx); the C emitter "
-                            "and the serial firmware carry state vectors")
-        c_info = {"skipped": "camera-image policy: ONNX only"}
-    elif fmt in ("c", "all"):
-        from embodied.hardware import protocol
-        from embodied.hardware.codegen import compile_object, emit_c, size_report
-        from embodied.hardware.firmware import firmware_source
+        # policy.onnx gives one action; the base's chunk is queued
+        return _Program(ops, obs_dim, ref, onnx_out, files + ["base.onnx"], None, base, base_ops, chunks)
+    ops, obs_dim = program(actor)
+    chunk = chunk_spec(actor)  # an action-chunked policy: the program gives the chunk, the runner keeps the queue
+    ref = actor.chunk(x).reshape(obs.shape[0], -1).numpy() if chunk else actor.act(x).numpy()
+    onnx.save(program_to_onnx(fold(ops), obs_dim, doc=doc), str(out / "policy.onnx"))
+    onnx_out = _session(out / "policy.onnx").run(None, {"obs": obs})[0]
+    return _Program(ops, obs_dim, ref, onnx_out, files, chunk)
 
-        widest = 4 * max(layout.robot_size("policy"), layout.action_size)
-        if widest > protocol.MAX_PAYLOAD:
-            raise UserError(f"the firmware's serial frames carry at most {protocol.MAX_PAYLOAD // 4} floats; this "
-                            f"policy's state or action needs {widest // 4} (export --format onnx)")
 
-        header, source_c = emit_c(ops, obs_dim, layout, chunk=chunk,
-                                  base={"ops": base_ops, "chunk": base["chunk"]} if base else None)
-        (out / "policy.h").write_text(header)
-        (out / "policy.c").write_text(source_c)
-        (out / "firmware.c").write_text(firmware_source(layout))
-        files += list(CFILES)
-        c_policy = CPolicy.build(out)
-        c_out = c_policy.forward(obs)
-        if base is not None:  # every action of the base's chunks, not only the first one forward uses
-            parity["base_c_vs_torch"] = float(np.abs(c_policy.base_chunk(obs) - chunks.numpy()).max())
-        parity["c_vs_onnxruntime"] = float(np.abs(c_out - onnx_out).max())
-        parity["c_vs_torch"] = float(np.abs(c_out - ref).max())
-        size = size_report(compile_object(out / "policy.c", out / "build" / "policy.o"))
-        c_info = {"size": size, "fits_64k_flash": bool(size and size["flash"] <= 64 * 1024)}
-    parity["passed"] = all(v <= PARITY_TOL for k, v in parity.items() if "_vs_" in k)
+def _write_c(prog: _Program, layout: Layout, obs: np.ndarray, out: Path, parity: dict) -> dict:
+    """``policy.c`` / ``policy.h`` / ``firmware.c`` of the program, compiled, parity against ONNX and torch; the
+    C section of the metadata (object size, whether it fits 64 kB of flash)."""
+    from embodied.hardware import protocol
+    from embodied.hardware.codegen import compile_object, emit_c, size_report
+    from embodied.hardware.firmware import firmware_source
+
+    widest = 4 * max(layout.robot_size("policy"), layout.action_size)
+    if widest > protocol.MAX_PAYLOAD:
+        raise UserError(f"the firmware's serial frames carry at most {protocol.MAX_PAYLOAD // 4} floats; this "
+                        f"policy's state or action needs {widest // 4} (export --format onnx)")
+    base = {"ops": prog.base_ops, "chunk": prog.base["chunk"]} if prog.base else None
+    header, source_c = emit_c(prog.ops, prog.obs_dim, layout, chunk=prog.chunk, base=base)
+    (out / "policy.h").write_text(header)
+    (out / "policy.c").write_text(source_c)
+    (out / "firmware.c").write_text(firmware_source(layout))
+    prog.files += list(CFILES)
+    c_policy = CPolicy.build(out)
+    c_out = c_policy.forward(obs)
+    if prog.base is not None:  # every action of the base's chunks, not only the first one forward uses
+        parity["base_c_vs_torch"] = float(np.abs(c_policy.base_chunk(obs) - prog.chunks.numpy()).max())
+    parity["c_vs_onnxruntime"] = float(np.abs(c_out - prog.onnx_out).max())
+    parity["c_vs_torch"] = float(np.abs(c_out - prog.ref).max())
+    size = size_report(compile_object(out / "policy.c", out / "build" / "policy.o"))
+    return {"size": size, "fits_64k_flash": bool(size and size["flash"] <= 64 * 1024)}
+
+
+def _finish(out: Path, layout: Layout, task, source, policy: dict, parity: dict, c_info, files: list[str],
+            failure: str) -> dict:
+    """``parity.json`` and ``bundle.json`` (every file's hash); a failed parity raises ``failure`` after both are
+    written (the report stays for the user to read)."""
+    from embodied.provenance import code_commit, versions
+
     (out / "parity.json").write_text(json.dumps(parity, indent=1))
     meta = {
-        "format": FORMAT, "task": task, "layout": layout.to_dict(),
-        "policy": {"input": "obs_base" if base else "obs", "output": "action", "obs_dim": obs_dim,
-                   "act_dim": layout.action_size, "actor": type(actor).__name__, "ops": [op.kind for op in ops],
-                   **({"residual": {"output": "base_action", **residual}} if residual else {}),
-                   **({"chunk": chunk} if chunk else {}), **({"base": base} if base else {})},
-        "run": source,
+        "format": FORMAT, "task": task, "layout": layout.to_dict(), "policy": policy, "run": source,
         "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
                      **versions("torch", "onnx", "onnxruntime")},
         "parity": parity, "c": c_info,
@@ -203,8 +237,7 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     }
     (out / "bundle.json").write_text(json.dumps(meta, indent=1))
     if not parity["passed"]:
-        raise UserError(f"parity failed (tolerance {PARITY_TOL}): " + ", ".join(
-            f"{k} {v:.2e}" for k, v in parity.items() if "_vs_" in k) + f"; report in {out / 'parity.json'}")
+        raise UserError(f"{failure}; report in {out / 'parity.json'}")
     return meta
 
 
@@ -214,7 +247,6 @@ def _write_instruction_bundle(actor, layout: Layout, obs: np.ndarray, out: Path,
     observation without it (``obs``) and the instruction's embedding (``instruction``); ``instructions.npy`` holds
     the embeddings of the instructions the task knows (their strings in ``bundle.json``), so the deploy side needs
     no text encoder for them. ONNX only."""
-    from embodied.provenance import code_commit, versions
     from embodied.vla.export import export_onnx, split_instruction
     from embodied.vla.text import encode
 
@@ -237,24 +269,13 @@ def _write_instruction_bundle(actor, layout: Layout, obs: np.ndarray, out: Path,
         parity["passed"] = parity["exact_fraction"] >= 0.99 and parity["max_bins_apart"] <= 1.001
     instructions = list(layout.extras.get("instructions", []))
     np.save(out / "instructions.npy", encode(instructions) if instructions else np.zeros((0, text[1]), np.float32))
-    files = ["policy.onnx", "observations.npy", "instructions.npy"]
-    (out / "parity.json").write_text(json.dumps(parity, indent=1))
-    meta = {
-        "format": FORMAT, "task": task, "layout": layout.to_dict(),
-        "policy": {"input": "obs", "inputs": ["obs", "instruction"], "output": "action",
-                   "obs_dim": obs.shape[1] - int(text[1]), "instruction_dim": int(text[1]),
-                   "act_dim": layout.action_size, "actor": type(actor).__name__, "instructions": instructions},
-        "run": source,
-        "exported": {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": code_commit(),
-                     **versions("torch", "onnx", "onnxruntime")},
-        "parity": parity, "c": {"skipped": "instruction-conditioned policy: ONNX only"},
-        "files": {name: sha256(out / name) for name in files},
-    }
-    (out / "bundle.json").write_text(json.dumps(meta, indent=1))
-    if not parity["passed"]:
-        raise UserError(f"parity failed (tolerance {PARITY_TOL}; binned actions: 99% exact, one bin at most): "
-                        f"torch_vs_onnxruntime {parity['torch_vs_onnxruntime']:.2e}; report in {out / 'parity.json'}")
-    return meta
+    policy = {"input": "obs", "inputs": ["obs", "instruction"], "output": "action",
+              "obs_dim": obs.shape[1] - int(text[1]), "instruction_dim": int(text[1]),
+              "act_dim": layout.action_size, "actor": type(actor).__name__, "instructions": instructions}
+    failure = (f"parity failed (tolerance {PARITY_TOL}; binned actions: 99% exact, one bin at most): "
+               f"torch_vs_onnxruntime {parity['torch_vs_onnxruntime']:.2e}")
+    return _finish(out, layout, task, source, policy, parity, {"skipped": "instruction-conditioned policy: ONNX only"},
+                   ["policy.onnx", "observations.npy", "instructions.npy"], failure)
 
 
 # ---- load --------------------------------------------------------------------------------------------
