@@ -422,9 +422,13 @@ class PolicyRunner:
             self._weights = np.exp(float(self.ensemble) * np.arange(self.horizon, dtype=np.float32))
             self._ages = np.arange(self.horizon)
             self._valid = 0
-        outputs = ["action", "base_action"] if residual else ["action"]
-        # where the robot's state goes in the observation (runs of consecutive terms merged), and the history
-        # terms' slots; as views of the one observation buffer, made once
+        self._views()
+        self._open(backend, ["action", "base_action"] if residual else ["action"], residual is not None)
+        self.reset()
+
+    def _views(self) -> None:
+        """Where the robot's state goes in the observation (runs of consecutive terms merged), the history and
+        average terms' slots: views of the one observation buffer, made once."""
         slices = self.layout.slices("policy", skip_sources=("instruction",))
         runs, self._history, averages, s = [], [], [], 0
         for t in self.layout.terms("policy"):
@@ -449,6 +453,10 @@ class PolicyRunner:
         # average terms: (the average's slots, the averaged robot term's, decay, 1 - decay), kept as the task keeps them
         self._averages = [(o[dst], o[src], np.float32(d), np.float32(1.0 - d)) for dst, src, d in averages]
         self._average_first = True
+
+    def _open(self, backend: str, outputs: list[str], residual: bool) -> None:
+        """The backend's sessions (onnxruntime, fed straight from the observation buffer) or the C build."""
+        meta = self.meta
         if backend == "onnx":
             self.session = _session(meta["dir"] / "policy.onnx")
             feeds = {"obs_base": self._input} if self.base else \
@@ -467,7 +475,6 @@ class PolicyRunner:
                                 "it again")
         else:
             raise UserError(f"bundle backend must be onnx or c, got {backend!r}")
-        self.reset()
 
     def reset(self) -> None:
         for sl, init in self._history:
