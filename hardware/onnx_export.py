@@ -46,28 +46,7 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "", input_name: str 
             nodes.append(helper.make_node("Clip", [x, const(f"lo{i}", np.float32(op.attrs["lo"])),
                                                    const(f"hi{i}", np.float32(op.attrs["hi"]))], [y]))
         elif op.kind == "image_features":
-            t = op.attrs
-            s0, s1 = int(t["start"]), int(t["stop"])
-            img = _slice(nodes, const, x, f"img{i}", s0, s1)
-            shape = const(f"shape{i}", np.array([-1, int(t["C"]), int(t["H"]), int(t["W"])], np.int64))
-            nodes.append(helper.make_node("Reshape", [img, shape], [f"im{i}"]))
-            h = f"im{i}"
-            for j in range(int(t["convs"])):
-                s = int(t[f"s{j}"])
-                w_b = [const(f"cw{i}_{j}", a[f"W{j}"]), const(f"cb{i}_{j}", a[f"b{j}"])]
-                nodes += [helper.make_node("Conv", [h, *w_b], [f"cv{i}_{j}"], strides=[s, s]),
-                          helper.make_node("Relu", [f"cv{i}_{j}"], [f"cr{i}_{j}"])]
-                h = f"cr{i}_{j}"
-            nodes += [helper.make_node("Flatten", [h], [f"fl{i}"], axis=1),
-                      helper.make_node("Gemm", [f"fl{i}", const(f"fw{i}", a["fcW"]), const(f"fb{i}", a["fcb"])],
-                                       [f"fc{i}"], transB=1),
-                      helper.make_node("Relu", [f"fc{i}"], [f"ff{i}"])]
-            parts = [f"ff{i}"]
-            if s0 > 0:
-                parts.append(_slice(nodes, const, x, f"pre{i}", 0, s0))
-            if s1 < dim:
-                parts.append(_slice(nodes, const, x, f"post{i}", s1, dim))
-            nodes.append(helper.make_node("Concat", parts, [y], axis=1))
+            _image_features(nodes, const, op, i, x, dim, y)
         elif op.kind == "slice":
             nodes.append(helper.make_node("Slice", [x, const(f"s{i}", np.array([op.attrs["start"]], np.int64)),
                                                     const(f"e{i}", np.array([op.attrs["stop"]], np.int64)),
@@ -82,18 +61,7 @@ def program_to_onnx(ops: list[Op], obs_dim: int, doc: str = "", input_name: str 
         elif op.kind == "add_saved":
             nodes.append(helper.make_node("Add", [saved[int(op.attrs["index"])], x], [y]))
         elif op.kind == "residual_add":
-            lim = np.asarray(op.attrs["limit"], np.float32)
-            nodes.append(helper.make_node("Mul", [x, const(f"scale{i}", np.asarray(op.attrs["scale"], np.float32))],
-                                          [f"m{i}"]))
-            if lim.ndim:  # one bound per entry: Clip takes scalar bounds only
-                nodes += [helper.make_node("Max", [f"m{i}", const(f"rlo{i}", -lim)], [f"q{i}"]),
-                          helper.make_node("Min", [f"q{i}", const(f"rhi{i}", lim)], [f"r{i}"])]
-            else:
-                nodes.append(helper.make_node("Clip", [f"m{i}", const(f"rlo{i}", -lim), const(f"rhi{i}", lim)],
-                                              [f"r{i}"]))
-            nodes += [helper.make_node("Add", [saved[int(op.attrs["index"])], f"r{i}"], [f"s{i}"]),
-                      helper.make_node("Clip", [f"s{i}", const(f"lo{i}", np.float32(-1.0)),
-                                                const(f"hi{i}", np.float32(1.0))], [y])]
+            _residual_add(nodes, const, op, i, x, saved[int(op.attrs["index"])], y)
         else:
             raise ValueError(f"no ONNX op for {op.kind!r}")
         x, dim = y, op.out_dim(dim)
@@ -155,3 +123,45 @@ def program_from_onnx(model: onnx.ModelProto) -> tuple[list[Op], int]:
                             "(bundles of MLP policies from embodied export can be)")
         i += 1
     return ops, int(obs_dim)
+
+
+def _image_features(nodes: list, const, op: Op, i: int, x: str, dim: int, y: str) -> None:
+    """Appends to ``nodes``: ``y`` = the CNN's features of the image slice ``[start, stop)`` of ``x`` (``[B, dim]``),
+    then the entries before and after the image."""
+    t, a = op.attrs, op.arrays
+    s0, s1 = int(t["start"]), int(t["stop"])
+    img = _slice(nodes, const, x, f"img{i}", s0, s1)
+    shape = const(f"shape{i}", np.array([-1, int(t["C"]), int(t["H"]), int(t["W"])], np.int64))
+    nodes.append(helper.make_node("Reshape", [img, shape], [f"im{i}"]))
+    h = f"im{i}"
+    for j in range(int(t["convs"])):
+        s = int(t[f"s{j}"])
+        w_b = [const(f"cw{i}_{j}", a[f"W{j}"]), const(f"cb{i}_{j}", a[f"b{j}"])]
+        nodes += [helper.make_node("Conv", [h, *w_b], [f"cv{i}_{j}"], strides=[s, s]),
+                  helper.make_node("Relu", [f"cv{i}_{j}"], [f"cr{i}_{j}"])]
+        h = f"cr{i}_{j}"
+    nodes += [helper.make_node("Flatten", [h], [f"fl{i}"], axis=1),
+              helper.make_node("Gemm", [f"fl{i}", const(f"fw{i}", a["fcW"]), const(f"fb{i}", a["fcb"])],
+                               [f"fc{i}"], transB=1),
+              helper.make_node("Relu", [f"fc{i}"], [f"ff{i}"])]
+    parts = [f"ff{i}"]
+    if s0 > 0:
+        parts.append(_slice(nodes, const, x, f"pre{i}", 0, s0))
+    if s1 < dim:
+        parts.append(_slice(nodes, const, x, f"post{i}", s1, dim))
+    nodes.append(helper.make_node("Concat", parts, [y], axis=1))
+
+
+def _residual_add(nodes: list, const, op: Op, i: int, x: str, base: str, y: str) -> None:
+    """Appends to ``nodes``: ``y = clip(base + clip(scale * x, -limit, limit), -1, 1)``."""
+    lim = np.asarray(op.attrs["limit"], np.float32)
+    nodes.append(helper.make_node("Mul", [x, const(f"scale{i}", np.asarray(op.attrs["scale"], np.float32))],
+                                  [f"m{i}"]))
+    if lim.ndim:  # one bound per entry: Clip takes scalar bounds only
+        nodes += [helper.make_node("Max", [f"m{i}", const(f"rlo{i}", -lim)], [f"q{i}"]),
+                  helper.make_node("Min", [f"q{i}", const(f"rhi{i}", lim)], [f"r{i}"])]
+    else:
+        nodes.append(helper.make_node("Clip", [f"m{i}", const(f"rlo{i}", -lim), const(f"rhi{i}", lim)], [f"r{i}"]))
+    nodes.append(helper.make_node("Add", [base, f"r{i}"], [f"s{i}"]))
+    nodes.append(helper.make_node("Clip", [f"s{i}", const(f"lo{i}", np.float32(-1.0)),
+                                           const(f"hi{i}", np.float32(1.0))], [y]))
