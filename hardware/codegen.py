@@ -216,8 +216,7 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
     _check_signs(ops)
     act_in = layout.action_size if base else 0  # the residual stage reads the base's action after the observation
     e, last = _emit_program(ops, obs_dim + act_in)
-    width = max(e.dims)
-    out_dim = e.dims[-1]
+    width, out_dim = max(e.dims), e.dims[-1]
     q_dim, stage_def = out_dim, ""  # q_dim: a chunk's size, the queue's width
     if base:
         _check_signs(base["ops"])
@@ -226,92 +225,155 @@ def emit_c(ops: list[Op], obs_dim: int, layout: Layout, prefix: str = "policy",
         if hasattr(be, "gx"):
             e.gx = max(getattr(e, "gx", 0), be.gx)
         width, q_dim, chunk = max(width, *be.dims), be.dims[-1], base["chunk"]
-        nl = "\n    "
-        stage_def = (f"void {prefix}_base_chunk(const float *x, float *out) {{\n    int i, o, g, h;\n"
-                     f"    (void)g; (void)h; (void)o;\n"
-                     f"    {nl.join(line.replace(chr(10), nl) for line in be.body)}\n"
-                     f"    for (i = 0; i < {q_dim}; ++i) out[i] = {base_last}[i];\n}}\n")
+        stage_def = _program_function(f"void {prefix}_base_chunk(const float *x, float *out)", be, base_last, q_dim,
+                                      "out")
     horizon, execute = (int(chunk["horizon"]), int(chunk["execute"])) if chunk else (1, 1)
     act_dim = q_dim // horizon
     if act_dim * horizon != q_dim or act_dim != layout.action_size or obs_dim != layout.group_size("policy") or \
             (base and out_dim != act_dim):
         raise UserError(f"the policy maps {obs_dim} -> {out_dim} ({horizon} action(s)), the layout says "
                         f"{layout.group_size('policy')} -> {layout.action_size}")
-    # the chunked program, and where step puts the action it queues: the action, or the base's action after the
-    # observation (then the residual stage)
-    base_decl_chunk = ""
-    chunk_fn, dst = (f"{prefix}_base_chunk", f"(obs + {obs_dim})") if base else (f"{prefix}_forward", "action")
-    residual = residual_op(ops)
-    base_decl = base_def = ""
-    if residual is not None:  # a residual over a base: its base's last action, which the safety filter bounds against
-        base_buf = e.saved[int(residual.attrs["index"])][0]
-        base_decl = (f"/* the base policy's action of the last forward/step ({act_dim} floats): a residual over a "
-                     f"base */\nvoid {prefix}_base_action(float *out);\n")
-        base_def = (f"\nvoid {prefix}_base_action(float *out) {{\n    int i;\n"
-                    f"    for (i = 0; i < {act_dim}; ++i) out[i] = {base_buf}[i];\n}}\n")
-    P = prefix.upper()
-    if chunk:
-        what = "a residual over an action-chunked base: each base chunk holds" if base else \
-            "an action-chunked policy: each forward predicts"
-        chunk_defs = (f"/* {what} {horizon} actions, step executes {execute} of them before it looks again */\n"
-                      f"#define {P}_CHUNK {horizon}\n#define {P}_EXECUTE {execute}\n")
-        chunk_reset_doc = " and the chunk queue"
-        forward_doc = f"{horizon} actions of {act_dim} floats in [-1, 1], in order ({out_dim} floats)"
-        if base:
-            forward_doc = (f"action ({act_dim} floats in [-1, 1]; the base's action from a chunk predicted on this "
-                           "observation)")
-            base_decl_chunk = (f"/* full observation -> the base's chunk ({horizon} actions of {act_dim} floats, in "
-                               f"order) */\nvoid {prefix}_base_chunk(const float *obs, float *chunk);\n")
-        step_doc = f"; runs the network every {execute}-th call (or after a reset)"
-        query = (f"if (chunk_next >= {P}_EXECUTE) {{\n        {chunk_fn}(obs, chunk_q);\n"
-                 f"        chunk_next = 0;\n    }}\n"
-                 f"    for (i = 0; i < {act_dim}; ++i) {dst}[i] = chunk_q[chunk_next * {act_dim} + i];\n"
-                 f"    ++chunk_next;")
-        chunk_state = f"static float chunk_q[{q_dim}];\nstatic int chunk_next = {execute};\n"
-        chunk_reset = f"\n    chunk_next = {P}_EXECUTE;"
-        if chunk.get("ensemble") is not None:  # temporal ensembling: every step, the kept chunks weighted by age
-            w = np.exp(float(chunk["ensemble"]) * np.arange(horizon, dtype=np.float32)).astype(np.float32)
-            step_doc = "; runs the network every call and averages the last chunks' predictions (ACT's ensembling)"
-            chunk_state = (f"static const float CHUNK_W[{horizon}] = {_floats(w)};\n"
-                           f"static float chunk_past[{horizon * q_dim}];\nstatic int chunk_valid = 0;\n")
-            chunk_reset = "\n    chunk_valid = 0;"
-            query = (f"{{\n        int j;\n        float wsum = 0.0f;\n"
-                     f"        for (i = {horizon * q_dim - 1}; i >= {q_dim}; --i)\n"
-                     f"            chunk_past[i] = chunk_past[i - {q_dim}];\n"
-                     f"        {chunk_fn}(obs, chunk_past);\n"
-                     f"        if (chunk_valid < {horizon}) ++chunk_valid;\n"
-                     f"        for (i = 0; i < {act_dim}; ++i) {dst}[i] = 0.0f;\n"
-                     f"        for (j = 0; j < chunk_valid; ++j) {{\n            wsum += CHUNK_W[j];\n"
-                     f"            for (i = 0; i < {act_dim}; ++i) {dst}[i] += CHUNK_W[j] * "
-                     f"chunk_past[j * {q_dim + act_dim} + i];\n        }}\n"
-                     f"        for (i = 0; i < {act_dim}; ++i) {dst}[i] /= wsum;\n    }}")
-    else:
-        chunk_defs, chunk_reset_doc, step_doc, chunk_state, chunk_reset = "", "", "", "", ""
-        forward_doc = f"action ({act_dim} floats in [-1, 1])"
-        query = f"{prefix}_forward(obs, action);"
-    guard = f"EMBODIED_{prefix.upper()}_H"
+    base_decl, base_def = _base_action(ops, e, prefix, act_dim)
+    c = _chunking(prefix, chunk, bool(base), horizon, execute, obs_dim, act_dim, out_dim, q_dim)
     state_dim = layout.robot_size("policy")
+    P = prefix.upper()
     header = f"""/* Generated by embodied (hardware/codegen.py). C99, float32, no malloc, no stdio. */
-#ifndef {guard}
-#define {guard}
+#ifndef EMBODIED_{P}_H
+#define EMBODIED_{P}_H
 
-#define {prefix.upper()}_OBS_DIM {obs_dim}
-#define {prefix.upper()}_STATE_DIM {state_dim}
-#define {prefix.upper()}_ACT_DIM {act_dim}
-#define {prefix.upper()}_OUT_DIM {out_dim}
-{chunk_defs}
-/* reset the action history{chunk_reset_doc} (call at the start of every episode) */
+#define {P}_OBS_DIM {obs_dim}
+#define {P}_STATE_DIM {state_dim}
+#define {P}_ACT_DIM {act_dim}
+#define {P}_OUT_DIM {out_dim}
+{c["defs"]}
+/* reset the action history{c["reset_doc"]} (call at the start of every episode) */
 void {prefix}_reset(void);
-/* full observation ({obs_dim} floats, the layout's order) -> {forward_doc} */
+/* full observation ({obs_dim} floats, the layout's order) -> {c["forward_doc"]} */
 void {prefix}_forward(const float *obs, float *action);
 /* robot state ({state_dim} floats: the layout's robot terms in order) -> action; appends the action to the
-   history the next call observes{step_doc} */
+   history the next call observes{c["step_doc"]} */
 void {prefix}_step(const float *state, float *action);
-{base_decl}{base_decl_chunk}
+{base_decl}{c["base_decl"]}
 #endif
 """
-    # observation assembly: robot terms from ``state``, history terms from the kept history, average terms kept from
-    # the robot terms they average (the first value after a reset, then decay * avg + (1 - decay) * value)
+    assemble, hist_decl, push, resets = _observation(layout, act_dim)
+    nl = "\n    "
+    gx = f"\nstatic float gx[{e.gx}];" if hasattr(e, "gx") else ""
+    fn_decl, staged_forward, stage_call = f"void {prefix}_forward", "", ""
+    if base:  # ops is the residual stage; forward runs the base on the spot, then the stage
+        fn_decl, stage_call = "static void residual_stage", "\n    residual_stage(obs, action);"
+        staged_forward = (f"\nvoid {prefix}_forward(const float *x, float *action) {{\n"
+                          f"    static float xb[{obs_dim + act_in}];\n    static float q[{q_dim}];\n    int i;\n"
+                          f"    {prefix}_base_chunk(x, q);\n    for (i = 0; i < {obs_dim}; ++i) xb[i] = x[i];\n"
+                          f"    for (i = 0; i < {act_dim}; ++i) xb[{obs_dim} + i] = q[i];\n"
+                          f"    residual_stage(xb, action);\n}}\n")
+    forward = _program_function(f"{fn_decl}(const float *x, float *action)", e, last, out_dim, "action")
+    source = f"""/* Generated by embodied (hardware/codegen.py) from a policy program; do not edit.
+   C99, float32, static const weights, no malloc, no stdio. */
+#include <math.h>
+#include "{prefix}.h"
+
+{chr(10).join(e.decls)}
+
+static float buf_a[{width}];
+static float buf_b[{width}];{gx}
+{chr(10).join(hist_decl)}
+{c["state"]}{stage_def}
+{forward}{staged_forward}
+void {prefix}_reset(void) {{
+    int i;
+    (void)i;
+    {nl.join(resets)}{c["reset"]}
+}}
+
+void {prefix}_step(const float *state, float *action) {{
+    static float obs[{obs_dim + act_in}];
+    int i;
+    {nl.join(assemble)}
+    {c["query"]}{stage_call}
+    {nl.join(push)}
+}}
+{base_def}"""
+    return header, source
+
+
+def _program_function(signature: str, e: _Emitter, last: str, n: int, out: str) -> str:
+    """A C function running an emitted program on ``x`` and copying its ``n`` outputs from ``last`` to ``out``."""
+    nl = "\n    "
+    return (f"{signature} {{\n    int i, o, g, h;\n    (void)g; (void)h; (void)o;\n"
+            f"    {nl.join(line.replace(chr(10), nl) for line in e.body)}\n"
+            f"    for (i = 0; i < {n}; ++i) {out}[i] = {last}[i];\n}}\n")
+
+
+def _base_action(ops: list[Op], e: _Emitter, prefix: str, act_dim: int) -> tuple[str, str]:
+    """A residual over a base: the declaration and definition of ``{prefix}_base_action``, the base's last action,
+    which the safety filter bounds the residual against; empty strings otherwise."""
+    residual = residual_op(ops)
+    if residual is None:
+        return "", ""
+    base_buf = e.saved[int(residual.attrs["index"])][0]
+    return (f"/* the base policy's action of the last forward/step ({act_dim} floats): a residual over a "
+            f"base */\nvoid {prefix}_base_action(float *out);\n",
+            f"\nvoid {prefix}_base_action(float *out) {{\n    int i;\n"
+            f"    for (i = 0; i < {act_dim}; ++i) out[i] = {base_buf}[i];\n}}\n")
+
+
+def _chunking(prefix: str, chunk: dict | None, base: bool, horizon: int, execute: int, obs_dim: int, act_dim: int,
+              out_dim: int, q_dim: int) -> dict[str, str]:
+    """The C of an action-chunked policy (or base): its defines, docs, queue state and reset, and ``query``, what
+    ``step`` does to get this tick's action: run the network every ``execute``-th call and read the queue, or (ACT's
+    temporal ensembling) run it every call and average the kept chunks by age. A plain policy: forward, nothing
+    kept."""
+    if not chunk:
+        return {"defs": "", "reset_doc": "", "step_doc": "", "state": "", "reset": "", "base_decl": "",
+                "forward_doc": f"action ({act_dim} floats in [-1, 1])", "query": f"{prefix}_forward(obs, action);"}
+    # the chunked program, and where step puts the action it queues: the action, or the base's action after the
+    # observation (then the residual stage)
+    fn, dst = (f"{prefix}_base_chunk", f"(obs + {obs_dim})") if base else (f"{prefix}_forward", "action")
+    P = prefix.upper()
+    what = "a residual over an action-chunked base: each base chunk holds" if base else \
+        "an action-chunked policy: each forward predicts"
+    c = {"defs": (f"/* {what} {horizon} actions, step executes {execute} of them before it looks again */\n"
+                  f"#define {P}_CHUNK {horizon}\n#define {P}_EXECUTE {execute}\n"),
+         "reset_doc": " and the chunk queue",
+         "forward_doc": f"{horizon} actions of {act_dim} floats in [-1, 1], in order ({out_dim} floats)",
+         "base_decl": "",
+         "step_doc": f"; runs the network every {execute}-th call (or after a reset)",
+         "query": (f"if (chunk_next >= {P}_EXECUTE) {{\n        {fn}(obs, chunk_q);\n"
+                   f"        chunk_next = 0;\n    }}\n"
+                   f"    for (i = 0; i < {act_dim}; ++i) {dst}[i] = chunk_q[chunk_next * {act_dim} + i];\n"
+                   f"    ++chunk_next;"),
+         "state": f"static float chunk_q[{q_dim}];\nstatic int chunk_next = {execute};\n",
+         "reset": f"\n    chunk_next = {P}_EXECUTE;"}
+    if base:
+        c["forward_doc"] = (f"action ({act_dim} floats in [-1, 1]; the base's action from a chunk predicted on this "
+                            "observation)")
+        c["base_decl"] = (f"/* full observation -> the base's chunk ({horizon} actions of {act_dim} floats, in "
+                          f"order) */\nvoid {prefix}_base_chunk(const float *obs, float *chunk);\n")
+    if chunk.get("ensemble") is not None:  # temporal ensembling: every step, the kept chunks weighted by age
+        w = np.exp(float(chunk["ensemble"]) * np.arange(horizon, dtype=np.float32)).astype(np.float32)
+        c["step_doc"] = "; runs the network every call and averages the last chunks' predictions (ACT's ensembling)"
+        c["state"] = (f"static const float CHUNK_W[{horizon}] = {_floats(w)};\n"
+                      f"static float chunk_past[{horizon * q_dim}];\nstatic int chunk_valid = 0;\n")
+        c["reset"] = "\n    chunk_valid = 0;"
+        c["query"] = (f"{{\n        int j;\n        float wsum = 0.0f;\n"
+                      f"        for (i = {horizon * q_dim - 1}; i >= {q_dim}; --i)\n"
+                      f"            chunk_past[i] = chunk_past[i - {q_dim}];\n"
+                      f"        {fn}(obs, chunk_past);\n"
+                      f"        if (chunk_valid < {horizon}) ++chunk_valid;\n"
+                      f"        for (i = 0; i < {act_dim}; ++i) {dst}[i] = 0.0f;\n"
+                      f"        for (j = 0; j < chunk_valid; ++j) {{\n            wsum += CHUNK_W[j];\n"
+                      f"            for (i = 0; i < {act_dim}; ++i) {dst}[i] += CHUNK_W[j] * "
+                      f"chunk_past[j * {q_dim + act_dim} + i];\n        }}\n"
+                      f"        for (i = 0; i < {act_dim}; ++i) {dst}[i] /= wsum;\n    }}")
+    return c
+
+
+def _observation(layout: Layout, act_dim: int) -> tuple[list[str], list[str], list[str], list[str]]:
+    """C lines of ``step``'s observation assembly, the kept state's declarations, what ``step`` pushes after the
+    action and what ``reset`` restores: robot terms from ``state``, history terms from the kept history (the clipped
+    action pushed in), average terms kept from the robot terms they average (the first value after a reset, then
+    ``decay * avg + (1 - decay) * value``)."""
     assemble, hist_decl, push = [], [], []
     s_off, state_at = 0, {}
     for t in layout.robot_terms("policy"):
@@ -340,49 +402,7 @@ void {prefix}_step(const float *state, float *action);
         hist_decl.append("static int avg_first = 1;")
         resets.append("avg_first = 1;")
         push.append("avg_first = 0;")
-    nl = "\n    "
-    gx = f"\nstatic float gx[{e.gx}];" if hasattr(e, "gx") else ""
-    fn_decl, staged_forward, stage_call = f"void {prefix}_forward", "", ""
-    if base:  # ops is the residual stage; forward runs the base on the spot, then the stage
-        fn_decl, stage_call = "static void residual_stage", "\n    residual_stage(obs, action);"
-        staged_forward = (f"\nvoid {prefix}_forward(const float *x, float *action) {{\n"
-                          f"    static float xb[{obs_dim + act_in}];\n    static float q[{q_dim}];\n    int i;\n"
-                          f"    {prefix}_base_chunk(x, q);\n    for (i = 0; i < {obs_dim}; ++i) xb[i] = x[i];\n"
-                          f"    for (i = 0; i < {act_dim}; ++i) xb[{obs_dim} + i] = q[i];\n"
-                          f"    residual_stage(xb, action);\n}}\n")
-    source = f"""/* Generated by embodied (hardware/codegen.py) from a policy program; do not edit.
-   C99, float32, static const weights, no malloc, no stdio. */
-#include <math.h>
-#include "{prefix}.h"
-
-{chr(10).join(e.decls)}
-
-static float buf_a[{width}];
-static float buf_b[{width}];{gx}
-{chr(10).join(hist_decl)}
-{chunk_state}{stage_def}
-{fn_decl}(const float *x, float *action) {{
-    int i, o, g, h;
-    (void)g; (void)h; (void)o;
-    {nl.join(line.replace(chr(10), nl) for line in e.body)}
-    for (i = 0; i < {out_dim}; ++i) action[i] = {last}[i];
-}}
-{staged_forward}
-void {prefix}_reset(void) {{
-    int i;
-    (void)i;
-    {nl.join(resets)}{chunk_reset}
-}}
-
-void {prefix}_step(const float *state, float *action) {{
-    static float obs[{obs_dim + act_in}];
-    int i;
-    {nl.join(assemble)}
-    {query}{stage_call}
-    {nl.join(push)}
-}}
-{base_def}"""
-    return header, source
+    return assemble, hist_decl, push, resets
 
 
 def compiler() -> str:
