@@ -144,45 +144,61 @@ class _Emitter:
             b.append(f"for (i = 0; i < {n}; ++i) {{ float r = {s} * {x}[i]; "
                      f"r = r < -{lim} ? -{lim} : (r > {lim} ? {lim} : r); "
                      f"float v = {name}[i] + r; {y}[i] = v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v); }}")
-        elif op.kind == "group_lift":  # y[g c + j] = b[j] + sum_i W[j, i] (g x)[i], (g x)[i] = s[g, i] x[p[g, i]]
-            G, (c, d) = a["p"].shape[0], a["W"].shape
-            self.const(p + "WT", "float", a["W"].T)
-            self.const(p + "B", "float", a["b"])
-            self.const(p + "P", "unsigned short", a["p"])
-            self.const(p + "S", "signed char", a["s"].astype(np.int8))
-            b.append(f"for (g = 0; g < {G}; ++g) {{\n"
-                     f"    float *yg = {y} + g * {c};\n"
-                     f"    for (o = 0; o < {c}; ++o) yg[o] = {p}B[o];\n"
-                     f"    for (i = 0; i < {d}; ++i) gx[i] = {p}S[g][i] * {x}[{p}P[g][i]];\n"
-                     + _indent(_accumulate("yg", p + "WT", "gx", d, c)) + "\n}")
-            self.gx = max(getattr(self, "gx", 0), d)
-        elif op.kind == "group_dense":  # y[g co + o] = b[o] + sum_g' sum_i w[k[g, g'], o, i] x[g' ci + i]
-            G, co, ci = a["w"].shape
-            self.const(p + "WT", "float", a["w"].transpose(0, 2, 1))  # [G][c_in][c_out]
-            self.const(p + "B", "float", a["b"])
-            self.const(p + "K", "unsigned char", a["k"])
-            b.append(f"for (g = 0; g < {G}; ++g) {{\n"
-                     f"    float *yg = {y} + g * {co};\n"
-                     f"    for (o = 0; o < {co}; ++o) yg[o] = {p}B[o];\n"
-                     f"    for (h = 0; h < {G}; ++h) {{\n"
-                     f"        const float *xh = {x} + h * {ci};\n"
-                     + _indent(_accumulate("yg", f"{p}WT[{p}K[g][h]]", "xh", ci, co), 2) + "\n    }\n}")
-        elif op.kind == "group_project":  # y[a] = 1/G sum_g s[g, a] (W x[g] + b)[p[g, a]]
-            G, (A, c) = a["p"].shape[0], a["W"].shape
-            self.const(p + "W", "float", a["W"])
-            self.const(p + "B", "float", a["b"])
-            self.const(p + "P", "unsigned char", a["p"])
-            self.const(p + "S", "signed char", a["s"].astype(np.int8))
-            b.append(f"for (o = 0; o < {A}; ++o) {y}[o] = 0.0f;\n"
-                     f"for (g = 0; g < {G}; ++g) {{\n"
-                     f"    for (o = 0; o < {A}; ++o) {{ float acc = {p}B[o]; "
-                     f"for (i = 0; i < {c}; ++i) acc += {p}W[o][i] * {x}[g * {c} + i]; gx[o] = acc; }}\n"
-                     f"    for (o = 0; o < {A}; ++o) {y}[o] += {p}S[g][o] * gx[{p}P[g][o]];\n}}\n"
-                     f"for (o = 0; o < {A}; ++o) {y}[o] *= {flit(1.0 / G)};")
-            self.gx = max(getattr(self, "gx", 0), A)
+        elif op.kind == "group_lift":
+            self._group_lift(p, a, x, y)
+        elif op.kind == "group_dense":
+            self._group_dense(p, a, x, y)
+        elif op.kind == "group_project":
+            self._group_project(p, a, x, y)
         else:
             raise UserError(f"the C emitter has no op {op.kind!r}")
         self.dims.append(out)
+
+    def _group_lift(self, p: str, a: dict, x: str, y: str) -> None:
+        """The equivariant lifting layer (input to one copy per group element):
+        ``y[g c + j] = b[j] + sum_i W[j, i] (g x)[i]``, ``(g x)[i] = s[g, i] x[p[g, i]]``."""
+        b = self.body
+        G, (c, d) = a["p"].shape[0], a["W"].shape
+        self.const(p + "WT", "float", a["W"].T)
+        self.const(p + "B", "float", a["b"])
+        self.const(p + "P", "unsigned short", a["p"])
+        self.const(p + "S", "signed char", a["s"].astype(np.int8))
+        b.append(f"for (g = 0; g < {G}; ++g) {{\n"
+                 f"    float *yg = {y} + g * {c};\n"
+                 f"    for (o = 0; o < {c}; ++o) yg[o] = {p}B[o];\n"
+                 f"    for (i = 0; i < {d}; ++i) gx[i] = {p}S[g][i] * {x}[{p}P[g][i]];\n"
+                 + _indent(_accumulate("yg", p + "WT", "gx", d, c)) + "\n}")
+        self.gx = max(getattr(self, "gx", 0), d)
+
+    def _group_dense(self, p: str, a: dict, x: str, y: str) -> None:
+        """A group-equivariant dense layer: ``y[g co + o] = b[o] + sum_g' sum_i w[k[g, g'], o, i] x[g' ci + i]``."""
+        b = self.body
+        G, co, ci = a["w"].shape
+        self.const(p + "WT", "float", a["w"].transpose(0, 2, 1))  # [G][c_in][c_out]
+        self.const(p + "B", "float", a["b"])
+        self.const(p + "K", "unsigned char", a["k"])
+        b.append(f"for (g = 0; g < {G}; ++g) {{\n"
+                 f"    float *yg = {y} + g * {co};\n"
+                 f"    for (o = 0; o < {co}; ++o) yg[o] = {p}B[o];\n"
+                 f"    for (h = 0; h < {G}; ++h) {{\n"
+                 f"        const float *xh = {x} + h * {ci};\n"
+                 + _indent(_accumulate("yg", f"{p}WT[{p}K[g][h]]", "xh", ci, co), 2) + "\n    }\n}")
+
+    def _group_project(self, p: str, a: dict, x: str, y: str) -> None:
+        """The projection to the action, averaged over the group: ``y[a] = 1/G sum_g s[g, a] (W x[g] + b)[p[g, a]]``."""
+        b = self.body
+        G, (A, c) = a["p"].shape[0], a["W"].shape
+        self.const(p + "W", "float", a["W"])
+        self.const(p + "B", "float", a["b"])
+        self.const(p + "P", "unsigned char", a["p"])
+        self.const(p + "S", "signed char", a["s"].astype(np.int8))
+        b.append(f"for (o = 0; o < {A}; ++o) {y}[o] = 0.0f;\n"
+                 f"for (g = 0; g < {G}; ++g) {{\n"
+                 f"    for (o = 0; o < {A}; ++o) {{ float acc = {p}B[o]; "
+                 f"for (i = 0; i < {c}; ++i) acc += {p}W[o][i] * {x}[g * {c} + i]; gx[o] = acc; }}\n"
+                 f"    for (o = 0; o < {A}; ++o) {y}[o] += {p}S[g][o] * gx[{p}P[g][o]];\n}}\n"
+                 f"for (o = 0; o < {A}; ++o) {y}[o] *= {flit(1.0 / G)};")
+        self.gx = max(getattr(self, "gx", 0), A)
 
 
 def _indent(text: str, levels: int = 1) -> str:
