@@ -254,16 +254,7 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
     if episodes < 1 or num_envs < 1:
         raise UserError(f"episodes and num_envs must be >= 1, got {episodes}, {num_envs}")
     out = Path(out)
-    # checked before the rollouts, not after them: a new or empty directory, under one this process may write in
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} exists and is not an empty directory; choose a new directory for the dataset")
-    made = [p for p in (out.absolute(), *out.absolute().parents) if not p.exists()]  # deepest first
-    try:  # a probe: the folders are made again when the dataset is written, so a failed collection leaves none
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"cannot create the dataset directory {out}: {e.strerror or e}") from None
-    for folder in made:
-        folder.rmdir()
+    _check_new_dataset_dir(out)
     spec = TASKS.get(task)
     if spec.expert is None:
         raise UserError(f"task {task!r} has no scripted expert (tasks with one: "
@@ -282,17 +273,50 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
         if not knobs:
             raise
         raise UserError(f"the {task} expert takes no {' or '.join(knobs)} setting (the pick experts do)") from None
-    kept, played, succeeded = [], 0, 0
-    # a suite of tasks (its envs report each episode's ``task_id``): the episodes spread round-robin over its
-    # tasks, task k keeping episodes // T (+ 1 for the first episodes % T tasks)
     names = list(getattr(env, "task_names", []))
+    kept, played, succeeded, per_task = _gather(env, act, task, spec.success_metric, names, episodes, num_envs, seed,
+                                                keep_failures)
+    layout = env.layout()
+    env.close()
+    write_minari(out, kept, env.single_observation_space, env.single_action_space, layout=layout,
+                 dataset_id=f"embodied/{task}-expert-v0", task=task, expert_success_rate=succeeded / played,
+                 expert_episodes=played)
+    return {"dataset": str(out), "task": task, "episodes": len(kept), "expert_episodes": played,
+            "expert_success_rate": round(succeeded / played, 4),
+            **({"per_task": {n: {"episodes": t[2], "expert_success_rate": round(t[1] / max(t[0], 1), 4)}
+                             for n, t in per_task.items()}} if names else {}),
+            "steps": int(sum(len(ep["actions"]) for ep in kept))}
+
+
+def _check_new_dataset_dir(out: Path) -> None:
+    """A new or empty directory, under one this process may write in; checked before the rollouts, not after them.
+    The folders made to probe are removed again (they are made when the dataset is written), so a failed collection
+    leaves none."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not an empty directory; choose a new directory for the dataset")
+    made = [p for p in (out.absolute(), *out.absolute().parents) if not p.exists()]  # deepest first
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create the dataset directory {out}: {e.strerror or e}") from None
+    for folder in made:
+        folder.rmdir()
+
+
+def _gather(env, act, task: str, success_metric: str | None, names: list[str], episodes: int, num_envs: int,
+            seed: int, keep_failures: bool):
+    """The expert's episodes, in rounds of fresh starts, until ``episodes`` are kept: ``(kept, played, succeeded,
+    per_task)``. A suite of tasks (``names``; its envs report each episode's ``task_id``) spreads them round-robin
+    over its tasks, task k keeping ``episodes // T`` (+ 1 for the first ``episodes % T`` tasks); ``per_task`` counts
+    each one's played, succeeded and kept episodes."""
+    kept, played, succeeded = [], 0, 0
     quota = [episodes // len(names) + (k < episodes % len(names)) for k in range(len(names))] if names else []
     per_task = {n: [0, 0, 0] for n in names}  # played, succeeded, kept
     for round_ in range(20):  # an expert that succeeds in 1 of 20 attempts or less gives up: say so
         want = episodes - len(kept)
         batch = record_episodes(env, act, max(2 * want if names else want, num_envs), seed=seed + 1000 * round_)
         for ep in batch:
-            ok = ep["outcome"].get(spec.success_metric or "", 1.0) > 0.5
+            ok = ep["outcome"].get(success_metric or "", 1.0) > 0.5
             played, succeeded = played + 1, succeeded + ok
             room = len(kept) < episodes
             if names:
@@ -304,16 +328,5 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
             if (ok or keep_failures) and room:
                 kept.append(ep)
         if len(kept) >= episodes:
-            break
-    else:
-        raise UserError(f"the {task} expert succeeded in {succeeded} of {played} episodes; {episodes} were asked for")
-    layout = env.layout()
-    env.close()
-    write_minari(out, kept, env.single_observation_space, env.single_action_space, layout=layout,
-                 dataset_id=f"embodied/{task}-expert-v0", task=task, expert_success_rate=succeeded / played,
-                 expert_episodes=played)
-    return {"dataset": str(out), "task": task, "episodes": len(kept), "expert_episodes": played,
-            "expert_success_rate": round(succeeded / played, 4),
-            **({"per_task": {n: {"episodes": t[2], "expert_success_rate": round(t[1] / max(t[0], 1), 4)}
-                             for n, t in per_task.items()}} if names else {}),
-            "steps": int(sum(len(ep["actions"]) for ep in kept))}
+            return kept, played, succeeded, per_task
+    raise UserError(f"the {task} expert succeeded in {succeeded} of {played} episodes; {episodes} were asked for")
