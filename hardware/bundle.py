@@ -423,7 +423,7 @@ class PolicyRunner:
             self._ages = np.arange(self.horizon)
             self._valid = 0
         self._views()
-        self._open(backend, ["action", "base_action"] if residual else ["action"], residual is not None)
+        self._open(backend, ["action", "base_action"] if residual else ["action"], bool(residual))
         self.reset()
 
     def _views(self) -> None:

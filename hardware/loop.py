@@ -135,7 +135,7 @@ class ControlLoop:
         """Connect, arm, fly until the flight ends (its duration, ticks or episodes; a stop, an e-stop, a fault),
         disarm; returns the summary (also the log's last row)."""
         cfg = self.cfg
-        outcome, fault = "completed", None
+        self._outcome, fault = "completed", None  # "estop" is set before the robot is told (its call may raise)
         t_start = time.monotonic()
         if self.estop.latched:
             raise UserError(f"the e-stop is latched ({self.estop.reason}); reset it before arming")
@@ -143,18 +143,18 @@ class ControlLoop:
             self._log = open(cfg.log_path, "w")  # noqa: SIM115 - closed in the finally below
         try:
             self._arm()
-            outcome = self._fly(t_start)
+            self._fly(t_start)
             if self.lifecycle.mode not in (Mode.DISARMED, Mode.ESTOP):
                 self.robot.disarm()
                 self.lifecycle.to(Mode.DISARMED, self.tick, "stopped")
         except (RobotError, OSError) as e:
-            outcome, fault = "fault", f"{type(e).__name__}: {e}"
+            self._outcome, fault = "fault", f"{type(e).__name__}: {e}"
             self._disarm_after(fault)
         finally:
             gc.unfreeze()
             if cfg.status:
                 self._print_status(time.monotonic() - (self._t_loop or t_start), final=True)
-            summary = self.summary(time.monotonic() - t_start, outcome, fault)
+            summary = self.summary(time.monotonic() - t_start, self._outcome, fault)
             if self._log:
                 self._log.write(json.dumps({"summary": summary}) + "\n")
                 self._log.close()
@@ -176,8 +176,8 @@ class ControlLoop:
         self._reset_policy()
         lc.to(Mode.ACTIVE, 0, "control loop started")
 
-    def _fly(self, t_start: float) -> str:
-        """The ticks, until the flight ends; returns the outcome: ``completed`` or ``estop``."""
+    def _fly(self, t_start: float) -> None:
+        """The ticks, until the flight ends (an e-stop sets ``_outcome``)."""
         cfg, robot = self.cfg, self.robot
         status_every = cfg.status_every_s if sys.stderr.isatty() else max(cfg.status_every_s, 5.0)
         last_status, last_seq = t_start, None
@@ -187,10 +187,11 @@ class ControlLoop:
             now = time.monotonic()
             late, deadline = self._pace(now, deadline)
             if self.estop.latched:
+                self._outcome = "estop"
                 self._estop()
-                return "estop"
+                return
             if self._end_of_flight(now - t0):
-                return "completed"
+                return
             state = robot.observe()
             fresh, finite = state.seq != last_seq, isfinite(state.values)
             last_seq = state.seq
@@ -203,7 +204,7 @@ class ControlLoop:
                 self._reset_policy()
             step = self._command(state, fresh, finite)
             if step is None:  # landed and disarmed
-                return "completed"
+                return
             command, action, policy_s, events = step
             applied = robot.send_action(command)
             if not cfg.lockstep:  # on time: the command reached the robot before the next tick's deadline
@@ -329,6 +330,7 @@ class ControlLoop:
             lc.to(Mode.DISARMED, self.tick, "fault")
 
     _command_ok = True
+    _outcome = "completed"  # completed | estop | fault
     _policy_error: str | None = None
     _t_loop = _t_end = 0.0  # when the control clock started (after arming) and when its last tick ended
 
