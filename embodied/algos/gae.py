@@ -53,3 +53,12 @@ def vtrace(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, las
     vs = vs_minus_v + values
     next_vs = torch.cat([vs[1:], last_values[None]], 0)
     return vs, rho * (rewards + gamma * not_done * next_vs - values)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float | None:
+    """``1 - Var[R - V] / Var[R]`` over a batch: 1 when the critic predicts the value targets exactly, 0 when it does
+    no better than their mean, negative when worse (CleanRL's PPO diagnostic). None when the targets do not vary."""
+    var = returns.var(unbiased=False)
+    if float(var) == 0.0:
+        return None
+    return float(1.0 - (returns - values).var(unbiased=False) / var)

@@ -13,7 +13,7 @@ from torch import nn
 
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
 from embodied.algos.cotrain import DemoLoss
-from embodied.algos.gae import gae
+from embodied.algos.gae import explained_variance, gae
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
@@ -201,7 +201,8 @@ class PPO(Algorithm):
             frac = max(0.0, 1.0 - self.num_updates * self.batch_steps / self.total_steps)
             for group in self.opt.param_groups:
                 group["lr"] = cfg.lr * frac
-        stats = {"ppo/policy_loss": 0.0, "ppo/value_loss": 0.0, "ppo/entropy": 0.0, "ppo/approx_kl": 0.0}
+        stats = {"ppo/policy_loss": 0.0, "ppo/value_loss": 0.0, "ppo/entropy": 0.0, "ppo/approx_kl": 0.0,
+                 "ppo/clip_frac": 0.0}
         count, stop = 0, False
         for _ in range(cfg.num_epochs):
             perm = torch.randperm(batch, generator=self.generator, device=self.device)
@@ -227,6 +228,9 @@ class PPO(Algorithm):
         out = {k: v / max(count, 1) for k, v in stats.items()}
         out["ppo/minibatches"] = float(count)
         out["ppo/lr"] = float(self.opt.param_groups[0]["lr"])
+        ev = explained_variance(old_values, returns)  # the critic at collection against this rollout's targets
+        if ev is not None:
+            out["ppo/explained_variance"] = ev
         if hasattr(self.pi, "log_std"):
             out["ppo/std"] = float(self.pi.log_std.detach().exp().mean())
         return out
@@ -255,8 +259,9 @@ class PPO(Algorithm):
             loss = loss + cfg.bc_coef * self.demos(self.pi, self.generator)
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator (Schulman 2020)
+            clip_frac = ((ratio - 1).abs() > cfg.clip).to(ratio.dtype).mean()  # samples the clip acted on
         return {"loss": loss, "ppo/policy_loss": policy_loss.detach(), "ppo/value_loss": value_loss.detach(),
-                "ppo/entropy": entropy.detach(), "ppo/approx_kl": float(approx_kl)}
+                "ppo/entropy": entropy.detach(), "ppo/approx_kl": float(approx_kl), "ppo/clip_frac": float(clip_frac)}
 
     def actor(self) -> nn.Module:
         return self.pi

@@ -332,12 +332,24 @@ def test_ppo_clipped_surrogate_hand_example():
     assert float(out["loss"].detach()) == pytest.approx(0.1 + 0.5 * 0.715 - 0.01 * entropy, abs=1e-12)
     kl = sum((r - 1) - math.log(r) for r in (1.5, 0.5, 0.9, 1.3)) / 4  # k3 estimator
     assert out["ppo/approx_kl"] == pytest.approx(kl, abs=1e-12)
+    assert out["ppo/clip_frac"] == 0.75  # |r - 1| > 0.2 for r = 1.5, 0.5, 1.3; not 0.9
 
     # with advantage normalization A' = (A - mean) / (std + 1e-8); here mean = 0 and the unbiased
     # std is sqrt((1 + 1 + 4 + 4) / 3); min(r A, clip(r) A) is positively homogeneous in A, so L scales
     algo.cfg = PPOConfig(clip=0.2, normalize_advantages=True)
     out = algo._minibatch_loss(obs, obs, actions, old_logp, old_values, adv, returns)
     assert float(out["ppo/policy_loss"]) == pytest.approx(0.1 / (math.sqrt(10 / 3) + 1e-8), abs=1e-12)
+
+
+def test_explained_variance_hand_example():
+    from embodied.algos.gae import explained_variance
+
+    returns, values = t64(1.0, 2.0, 3.0, 4.0), t64(1.5, 1.5, 3.5, 3.5)
+    # Var[R] = 1.25; R - V = (-0.5, 0.5, -0.5, 0.5): Var = 0.25 -> 1 - 0.25 / 1.25 = 0.8
+    assert explained_variance(values, returns) == pytest.approx(0.8, abs=1e-12)
+    assert explained_variance(returns, returns) == 1.0
+    assert explained_variance(torch.full((4,), 2.5, dtype=F64), returns) == pytest.approx(0.0, abs=1e-12)
+    assert explained_variance(values, torch.ones(4, dtype=F64)) is None  # targets that do not vary
 
 
 def test_ppo_observe_bootstraps_only_truncated_not_terminated():
