@@ -125,14 +125,14 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
     op = residual_op(prog.ops)
     residual = {"scale": per_dimension(op.attrs["scale"]), "limit": per_dimension(op.attrs["limit"])} \
         if op is not None else None
-    c_info = None
+    c_info, files = None, prog.files
     if layout.images("policy"):
         if fmt == "c":
             raise UserError("policies with camera images export to ONNX only (--format onnx); the C emitter "
                             "and the serial firmware carry state vectors")
         c_info = {"skipped": "camera-image policy: ONNX only"}
     elif fmt in ("c", "all"):
-        c_info = _write_c(prog, layout, obs, out, parity)
+        c_info, files = _write_c(prog, layout, obs, out, parity), [*prog.files, *CFILES]
     parity["passed"] = all(v <= PARITY_TOL for k, v in parity.items() if "_vs_" in k)
     policy = {"input": "obs_base" if prog.base else "obs", "output": "action", "obs_dim": prog.obs_dim,
               "act_dim": layout.action_size, "actor": type(actor).__name__, "ops": [op.kind for op in prog.ops],
@@ -140,7 +140,7 @@ def write_bundle(actor: torch.nn.Module, layout: Layout, obs: np.ndarray, out: P
               **({"chunk": prog.chunk} if prog.chunk else {}), **({"base": prog.base} if prog.base else {})}
     failure = f"parity failed (tolerance {PARITY_TOL}): " + ", ".join(
         f"{k} {v:.2e}" for k, v in parity.items() if "_vs_" in k)
-    return _finish(out, layout, task, source, policy, parity, c_info, prog.files, failure)
+    return _finish(out, layout, task, source, policy, parity, c_info, files, failure)
 
 
 @dataclass
@@ -195,8 +195,8 @@ def _write_onnx(actor, layout: Layout, obs: np.ndarray, out: Path, doc: str, par
 
 
 def _write_c(prog: _Program, layout: Layout, obs: np.ndarray, out: Path, parity: dict) -> dict:
-    """``policy.c`` / ``policy.h`` / ``firmware.c`` of the program, compiled, parity against ONNX and torch; the
-    C section of the metadata (object size, whether it fits 64 kB of flash)."""
+    """``policy.c`` / ``policy.h`` / ``firmware.c`` (``CFILES``) of the program, compiled, parity against ONNX and
+    torch; the C section of the metadata (object size, whether it fits 64 kB of flash)."""
     from embodied.hardware import protocol
     from embodied.hardware.codegen import compile_object, emit_c, size_report
     from embodied.hardware.firmware import firmware_source
@@ -210,7 +210,6 @@ def _write_c(prog: _Program, layout: Layout, obs: np.ndarray, out: Path, parity:
     (out / "policy.h").write_text(header)
     (out / "policy.c").write_text(source_c)
     (out / "firmware.c").write_text(firmware_source(layout))
-    prog.files += list(CFILES)
     c_policy = CPolicy.build(out)
     c_out = c_policy.forward(obs)
     if prog.base is not None:  # every action of the base's chunks, not only the first one forward uses
