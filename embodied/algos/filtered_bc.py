@@ -59,10 +59,6 @@ class FilteredBCConfig:
     # act with their mean (each member's Gaussian mean and scale averaged), and every member clones the shared pool,
     # each on its own minibatches with its own optimizer; 1: one policy
     members: int = 1
-    # how an ensemble's rollouts act: mean (every env the members' mean Gaussian) or member (each env's episode acts
-    # with one member's Gaussian, drawn at the rollout's start: exploration that stays consistent over an episode,
-    # as a bootstrapped ensemble's; a start the mean fails, one member may fly, and its success is cloned by all)
-    explore: str = "mean"
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
@@ -84,9 +80,6 @@ class FilteredBC(SuccessRollouts):
         if cfg.keep not in ("won", "mixed") or (cfg.keep == "mixed" and cfg.group_size < 2):
             raise UserError(f"filtered-bc.keep is won or mixed (mixed needs group_size >= 2); got {cfg.keep!r} with "
                             f"group_size {cfg.group_size}")
-        if cfg.explore not in ("mean", "member") or (cfg.explore == "member" and cfg.members < 2):
-            raise UserError(f"filtered-bc.explore is mean or member (member needs members >= 2); got {cfg.explore!r} "
-                            f"with members {cfg.members}")
         if cfg.balance not in ("pool", "task"):
             raise UserError(f"filtered-bc.balance is pool or task, got {cfg.balance!r}")
         return cls(cfg, ctx)
@@ -103,15 +96,6 @@ class FilteredBC(SuccessRollouts):
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)
         self.num_updates = 0
-        self.acting: torch.Tensor | None = None  # [N]: the member each env's episode acts with (explore=member)
-
-    def rollout_starts(self):
-        """The base's starts; with ``explore=member`` also the member each env's episode acts with."""
-        starts = super().rollout_starts()
-        if self.cfg.explore == "member":
-            self.acting = torch.randint(0, len(self.members), (self.num_envs,), generator=self.generator,
-                                        device=self.device)
-        return starts
 
     def close_rollout(self) -> dict[str, float]:
         """The successful episodes' steps (each episode contiguous) into the pool."""
@@ -151,24 +135,19 @@ class FilteredBC(SuccessRollouts):
 
     def dist(self, obs: torch.Tensor):
         """One policy's tempered distribution; the members' as one Gaussian: the mean of their means (the action
-        the ensemble's ``act`` takes) and of their scales; with ``explore=member`` each env's row is the Gaussian of
-        the member its episode acts with."""
+        the ensemble's ``act`` takes) and of their scales."""
         if self.ensemble is None:
             return super().dist(obs)
         dists = [self.tempered(m, obs) for m in self.members]
-        means, scales = torch.stack([d.mean for d in dists]), torch.stack([d.stddev for d in dists])
-        if self.acting is None:
-            return torch.distributions.Normal(means.mean(0), scales.mean(0))
-        rows = torch.arange(obs.shape[0], device=obs.device)
-        return torch.distributions.Normal(means[self.acting, rows], scales[self.acting, rows])
+        return torch.distributions.Normal(torch.stack([d.mean for d in dists]).mean(0),
+                                          torch.stack([d.stddev for d in dists]).mean(0))
 
     def actor(self) -> nn.Module:
         return self.pi if self.ensemble is None else self.ensemble
 
     def state_dict(self) -> dict:
         members = {"members": [m.state_dict() for m in self.members[1:]]} if self.ensemble is not None else {}
-        acting = {"acting": self.acting} if self.acting is not None else {}
-        return {**self.rollout_state(), **members, **acting, "opts": [o.state_dict() for o in self.opts],
+        return {**self.rollout_state(), **members, "opts": [o.state_dict() for o in self.opts],
                 "pool": self.pool.state_dict(), "num_updates": self.num_updates}
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -178,8 +157,6 @@ class FilteredBC(SuccessRollouts):
         for o, s in zip(self.opts, state["opts"] if "opts" in state else [state["opt"]]):  # "opt": one policy's
             o.load_state_dict(s)
         self.pool.load_state_dict(state["pool"])
-        if self.cfg.explore == "member" and "acting" in state:
-            self.acting = state["acting"].to(self.device)
         self.num_updates = int(state["num_updates"])
 
 

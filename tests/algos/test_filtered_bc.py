@@ -241,38 +241,3 @@ def test_members_act_as_their_mean_and_each_clones_the_shared_pool():
     assert [_adam_steps(o) for o in twin.opts] == [3, 3]
     with pytest.raises(UserError, match="members"):
         FilteredBC.build(FilteredBCConfig(members=0), _ctx())
-
-
-def test_explore_member_acts_each_episode_with_one_members_gaussian():
-    """``filtered-bc.explore=member``: every env's episode samples from the Gaussian of one member, drawn at the
-    rollout's start and kept for it (its mean and scale times the temperature, exactly); the draw round-trips through
-    the state; evaluation still acts with the members' mean; a lone policy has no members to choose from."""
-    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
-    from embodied.core.errors import UserError
-
-    algo = _fbc(members=3, grad_steps=1, temperature=0.5, explore="member")
-    with torch.no_grad():
-        for shift, m in zip((0.3, -0.2, 0.5), algo.members):
-            for p in m.parameters():
-                p.add_(shift * torch.randn_like(p))
-    algo.rollout_starts()
-    acting = algo.acting.clone()
-    assert acting.shape == (4,) and acting.min() >= 0 and acting.max() < 3
-    obs = torch.randn(4, 4)
-    with torch.no_grad():
-        d = algo.dist(obs)
-        for i, k in enumerate(acting.tolist()):
-            own = algo.members[k].dist(obs[i:i + 1])
-            assert torch.allclose(d.mean[i], own.mean[0]) and torch.allclose(d.stddev[i], own.stddev[0] * 0.5)
-        assert torch.allclose(algo.actor().act(obs), sum(m.act(obs) for m in algo.members) / 3)
-    draws = {tuple(acting.tolist())}
-    for _ in range(5):
-        _rollout(algo, ends=[1, 3, 2, 0], outcomes=[1, 0, 1, 1])
-        draws.add(tuple(algo.acting.tolist()))
-    assert len(draws) > 1  # a fresh draw every rollout
-    twin = FilteredBC(FilteredBCConfig(members=3, grad_steps=1, temperature=0.5, explore="member"), _ctx())
-    twin.load_state_dict(algo.state_dict())
-    assert torch.equal(twin.acting, algo.acting)
-    for bad in ({"members": 1, "explore": "member"}, {"members": 2, "explore": "best"}):
-        with pytest.raises(UserError, match="explore"):
-            FilteredBC.build(FilteredBCConfig(**bad), _ctx())
