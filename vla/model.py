@@ -232,6 +232,28 @@ class VLAPolicy(ChunkQueue, nn.Module):
                                 state_encoder=state_encoder, query_gain=query_gain, relation=relation,
                                 hard_pointers=hard_pointers)
         self.act_dim, self.horizon, self.execute, self.bins, self.head = act_dim, chunk, execute, bins, head
+        keep = self._inputs(obs_dim, text, image, vision)
+        state_dim = int(keep.sum())
+        self.normalizer = EmpiricalNormalizer(state_dim) if obs_normalization else nn.Identity()
+        self._state_encoder(keep, terms, state_encoder, query_gain, relation, hard_pointers)
+        # with pointers the rest of the state reaches the trunk only through them: the objects' entries come as the
+        # ones the instruction picks, so nothing can tie an action to where an unnamed object stands
+        direct = len(self.context_idx) if self.pointers is not None else state_dim
+        self.state_net = nn.Sequential(nn.Linear(direct, STATE_FEATURES), nn.SiLU())
+        self.text_net = nn.Linear(self.text_slice.stop - self.text_slice.start, TEXT_FEATURES)
+        feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0) + \
+            (self.tokens.out_dim if self.tokens is not None else 0) + \
+            (self.pointers.out_dim if self.pointers is not None else 0) + (3 if self.relation else 0)
+        self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
+                                   nn.SiLU())
+        self._heads(width, head, chunk, act_dim, bins)
+        # the tokenizer's range (percentiles of the dataset's actions), set by ``fit_action_range``
+        self.register_buffer("low", torch.tensor(low if low is not None else [-1.0] * act_dim, dtype=torch.float32))
+        self.register_buffer("high", torch.tensor(high if high is not None else [1.0] * act_dim,
+                                                  dtype=torch.float32))
+
+    def _inputs(self, obs_dim: int, text: list, image: list | None, vision: str) -> torch.Tensor:
+        """The observation's text and image slices (and the vision encoder); returns the mask of its state entries."""
         t0, t_len = int(text[0]), int(text[1])
         keep = torch.ones(obs_dim, dtype=torch.bool)
         keep[t0:t0 + t_len] = False
@@ -243,10 +265,14 @@ class VLAPolicy(ChunkQueue, nn.Module):
             keep[self.image_slice] = False
             self.vision = FiLMConvEncoder(shape, t_len) if vision == "cnn" else TinyViT(shape, t_len)
         self.register_buffer("state_idx", keep.nonzero().squeeze(-1), persistent=False)
-        state_dim = int(keep.sum())
-        self.normalizer = EmpiricalNormalizer(state_dim) if obs_normalization else nn.Identity()
+        return keep
+
+    def _state_encoder(self, keep: torch.Tensor, terms: list | None, state_encoder: str, query_gain: float,
+                       relation: bool, hard_pointers: bool) -> None:
+        """The term-token or entity-pointer encoder of the state terms (``terms``: [obs start, size, kind] each)."""
         self.tokens = self.pointers = None
-        if terms:  # [obs start, size, kind] of each state term: a term-token or entity-pointer encoder
+        t_len = self.text_slice.stop - self.text_slice.start
+        if terms:
             position = torch.cumsum(keep.long(), 0) - 1  # an observation entry's place in the state vector
             at = [[int(position[int(a)]), int(n)] for a, n, _ in terms]
             kinds = [int(k) for _, _, k in terms]
@@ -261,16 +287,9 @@ class VLAPolicy(ChunkQueue, nn.Module):
         if hard_pointers and self.pointers is None:
             raise ValueError("hard_pointers needs entity pointers (state_encoder=pointers)")
         self.relation = bool(relation)
-        # with pointers the rest of the state reaches the trunk only through them: the objects' entries come as the
-        # ones the instruction picks, so nothing can tie an action to where an unnamed object stands
-        direct = len(self.context_idx) if self.pointers is not None else state_dim
-        self.state_net = nn.Sequential(nn.Linear(direct, STATE_FEATURES), nn.SiLU())
-        self.text_net = nn.Linear(t_len, TEXT_FEATURES)
-        feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0) + \
-            (self.tokens.out_dim if self.tokens is not None else 0) + \
-            (self.pointers.out_dim if self.pointers is not None else 0) + (3 if self.relation else 0)
-        self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
-                                   nn.SiLU())
+
+    def _heads(self, width: int, head: str, chunk: int, act_dim: int, bins: int) -> None:
+        """The action head (256-bin tokens or a Gaussian chunk) and the value head."""
         if head == "tokens":
             self.action_head = nn.Linear(width, chunk * act_dim * bins)
             nn.init.zeros_(self.action_head.bias)
@@ -279,10 +298,6 @@ class VLAPolicy(ChunkQueue, nn.Module):
             self.action_head = nn.Linear(width, chunk * act_dim)
             self.log_std = nn.Parameter(torch.full((act_dim,), -1.0))
         self.value_head = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, 1))
-        # the tokenizer's range (percentiles of the dataset's actions), set by ``fit_action_range``
-        self.register_buffer("low", torch.tensor(low if low is not None else [-1.0] * act_dim, dtype=torch.float32))
-        self.register_buffer("high", torch.tensor(high if high is not None else [1.0] * act_dim,
-                                                  dtype=torch.float32))
 
     # ---- pieces ----------------------------------------------------------------------------------
     def split(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -157,6 +157,24 @@ def _standardize_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     return x.mean(0), torch.where(varies, std, torch.ones_like(std)), varies.float()
 
 
+@torch.no_grad()
+def _set_standardization(model: ProbabilisticEnsemble, x: torch.Tensor, y: torch.Tensor) -> None:
+    """The model's input and output standardization from the training rows."""
+    in_mean, in_std, _ = _standardize_stats(x)
+    out_mean, out_std, out_free = _standardize_stats(y)
+    for buf, value in ((model.in_mean, in_mean), (model.in_std, in_std), (model.out_mean, out_mean),
+                       (model.out_std, out_std), (model.out_free, out_free)):
+        buf.copy_(value)
+
+
+@torch.no_grad()
+def _copy_members(src: dict, dst: dict, members: torch.Tensor) -> None:
+    """Per-member weights of the ``members`` mask from state dict ``src`` into ``dst`` (in place)."""
+    for k, v in dst.items():
+        if k.startswith(_MEMBER_KEYS):
+            v[members] = src[k][members]
+
+
 def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.Tensor, action: torch.Tensor,
         reward: torch.Tensor, next_state: torch.Tensor, terminated: torch.Tensor, cfg: EnsembleConfig,
         generator: torch.Generator) -> dict[str, float]:
@@ -170,14 +188,7 @@ def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.T
     perm = torch.randperm(t, generator=generator, device=x.device)
     n_hold = min(int(t * cfg.holdout), cfg.holdout_max) if t >= 20 else 0
     hold, train = perm[:n_hold], perm[n_hold:]
-    with torch.no_grad():
-        in_mean, in_std, _ = _standardize_stats(x[train])
-        out_mean, out_std, out_free = _standardize_stats(y[train])
-        model.in_mean.copy_(in_mean)
-        model.in_std.copy_(in_std)
-        model.out_mean.copy_(out_mean)
-        model.out_std.copy_(out_std)
-        model.out_free.copy_(out_free)
+    _set_standardization(model, x[train], y[train])
 
     def holdout_mse() -> torch.Tensor:
         if n_hold == 0:
@@ -207,16 +218,11 @@ def fit(model: ProbabilisticEnsemble, opt: torch.optim.Optimizer, state: torch.T
         better = mse < best if n_hold else torch.ones_like(mse, dtype=torch.bool)
         if bool(better.any()):  # keep, per member, the weights of its best epoch
             best = torch.where(better, mse, best)
-            state_now = model.state_dict()
-            for k, v in snapshot.items():
-                if k.startswith(_MEMBER_KEYS):
-                    v[better] = state_now[k][better]
+            _copy_members(model.state_dict(), snapshot, better)
         if steps >= cfg.max_updates:
             break
     with torch.no_grad():
-        for k, v in model.state_dict().items():
-            if k.startswith(_MEMBER_KEYS):
-                v.copy_(snapshot[k])
+        _copy_members(snapshot, model.state_dict(), torch.ones_like(best, dtype=torch.bool))
         model.elite_idx.copy_(torch.argsort(best)[: model.elite_idx.numel()])
     if not n_hold:
         best = torch.full_like(best, float("nan"))
