@@ -149,17 +149,14 @@ def centerline(cfg: RoadSceneConfig, rng: np.random.Generator, step: float = 0.5
     return np.stack([x, y, heading], 1)
 
 
-def generate(index: int, cfg: RoadSceneConfig | None = None) -> tuple[GaussianScene, Route]:
-    """Scene ``index`` (seeded by it): the splats and the route."""
-    cfg = cfg or RoadSceneConfig()
-    rng = np.random.default_rng(np.random.SeedSequence([20261123, index]))
-    b = _Builder(rng)
-    line = centerline(cfg, rng)
-    half = 0.5 * cfg.lanes * cfg.lane_width
-    xs, ys, hs = line[:, 0], line[:, 1], line[:, 2]
+class _Road:
+    """Points along the centerline: at arc positions (indices into the line, fractional) and lateral offsets."""
 
-    def at(frac_along: np.ndarray, offset: np.ndarray):
-        """Points at arc positions (indices into the line, fractional) and lateral offsets."""
+    def __init__(self, line: np.ndarray):
+        self.xs, self.ys, self.hs = line[:, 0], line[:, 1], line[:, 2]
+
+    def at(self, frac_along: np.ndarray, offset: np.ndarray):
+        xs, ys, hs = self.xs, self.ys, self.hs
         i = np.clip(frac_along, 0, len(xs) - 1)
         i0 = np.floor(i).astype(int)
         i1 = np.minimum(i0 + 1, len(xs) - 1)
@@ -169,8 +166,11 @@ def generate(index: int, cfg: RoadSceneConfig | None = None) -> tuple[GaussianSc
         h = hs[i0] * (1 - t) + hs[i1] * t
         return px - np.sin(h) * offset, py + np.cos(h) * offset, h
 
-    step_idx = cfg.spacing / 0.5
-    along = np.arange(0, len(xs) - 1 + 1e-9, step_idx)
+
+def _surface(b: _Builder, road: _Road, cfg: RoadSceneConfig, half: float) -> None:
+    """Asphalt, dashed lane marks, kerbs and the grass verge."""
+    at, n = road.at, len(road.xs)
+    along = np.arange(0, n - 1 + 1e-9, cfg.spacing / 0.5)
     across = np.arange(-half + cfg.spacing / 2, half, cfg.spacing)
     a, o = np.meshgrid(along, across, indexing="ij")
     px, py, h = at(a.ravel(), o.ravel())
@@ -183,39 +183,62 @@ def generate(index: int, cfg: RoadSceneConfig | None = None) -> tuple[GaussianSc
     for side in (-1.0, 1.0):  # kerbs and the verge beyond them
         px, py, h = at(along, np.full_like(along, side * (half + 0.15)))
         b.add(np.stack([px, py, np.full_like(px, 0.08)], 1), (0.2, 0.1, 0.08), (0.7, 0.7, 0.68), 0.95, h)
-        verge = np.arange(0, len(xs) - 1 + 1e-9, cfg.verge_spacing / 0.5)
+        verge = np.arange(0, n - 1 + 1e-9, cfg.verge_spacing / 0.5)
         for off in np.arange(half + 0.5, half + 6.0, cfg.verge_spacing):
             px, py, h = at(verge, np.full(len(verge), side * off))
             b.add(np.stack([px, py, np.zeros_like(px)], 1), (0.6 * cfg.verge_spacing,) * 2 + (0.01,), (0.25, 0.45, 0.2),
                   0.9, h)  # grass
-    obstacles = []
-    for _ in range(rng.integers(cfg.parked_cars[0], cfg.parked_cars[1] + 1)):  # parked cars in the outer half-lanes
-        i = rng.uniform(20, len(xs) - 10)
-        side = rng.choice([-1.0, 1.0])
-        px, py, h = at(np.array([i]), np.array([side * (half - 0.6)]))
+
+
+def _cars(b: _Builder, road: _Road, cfg: RoadSceneConfig, rng: np.random.Generator, half: float) -> list[dict]:
+    """Parked cars in the outer half-lanes, then cars standing in the road at least 20 m apart; their boxes."""
+    n, obstacles = len(road.xs), []
+
+    def car(i: float, offset: float, kind: str) -> None:
+        px, py, h = road.at(np.array([i]), np.array([offset]))
         center, size = [float(px[0]), float(py[0]), 0.0], [4.2, 1.8, 1.5]
         b.box(center, size, float(h[0]), rng.uniform(0.1, 0.9, 3), cfg.car_step)
-        obstacles.append({"center": center, "size": size, "yaw": float(h[0]), "kind": "parked_car"})
-    spots = np.sort(rng.uniform(30, len(xs) - 30, rng.integers(cfg.blocking_cars[0], cfg.blocking_cars[1] + 1)))
+        obstacles.append({"center": center, "size": size, "yaw": float(h[0]), "kind": kind})
+
+    for _ in range(rng.integers(cfg.parked_cars[0], cfg.parked_cars[1] + 1)):
+        i = rng.uniform(20, n - 10)
+        car(i, rng.choice([-1.0, 1.0]) * (half - 0.6), "parked_car")
+    spots = np.sort(rng.uniform(30, n - 30, rng.integers(cfg.blocking_cars[0], cfg.blocking_cars[1] + 1)))
     kept = [i for j, i in enumerate(spots) if j == 0 or i - spots[j - 1] > 40]  # at least 20 m apart
     for i in kept:
-        px, py, h = at(np.array([i]), np.array([rng.choice([-1.0, 1.0]) * rng.uniform(0.6, 1.2)]))
-        center, size = [float(px[0]), float(py[0]), 0.0], [4.2, 1.8, 1.5]
-        b.box(center, size, float(h[0]), rng.uniform(0.1, 0.9, 3), cfg.car_step)
-        obstacles.append({"center": center, "size": size, "yaw": float(h[0]), "kind": "blocking_car"})
+        car(i, rng.choice([-1.0, 1.0]) * rng.uniform(0.6, 1.2), "blocking_car")
+    return obstacles
+
+
+def _scenery(b: _Builder, road: _Road, cfg: RoadSceneConfig, rng: np.random.Generator, half: float) -> None:
+    """Buildings and trees beside the road."""
+    n = len(road.xs)
     for _ in range(rng.integers(cfg.buildings[0], cfg.buildings[1] + 1)):
-        i, side = rng.uniform(0, len(xs) - 1), rng.choice([-1.0, 1.0])
+        i, side = rng.uniform(0, n - 1), rng.choice([-1.0, 1.0])
         size = [rng.uniform(6, 14), rng.uniform(5, 10), rng.uniform(4, 12)]
-        px, py, h = at(np.array([i]), np.array([side * (half + 7.0 + size[1] / 2)]))
+        px, py, h = road.at(np.array([i]), np.array([side * (half + 7.0 + size[1] / 2)]))
         b.box([float(px[0]), float(py[0]), 0.0], size, float(h[0]), rng.uniform(0.4, 0.8, 3) * [1.0, 0.9, 0.8],
               cfg.building_step)
     for _ in range(rng.integers(cfg.trees[0], cfg.trees[1] + 1)):
-        i, side = rng.uniform(0, len(xs) - 1), rng.choice([-1.0, 1.0])
-        px, py, _ = at(np.array([i]), np.array([side * (half + rng.uniform(2.0, 5.5))]))
+        i, side = rng.uniform(0, n - 1), rng.choice([-1.0, 1.0])
+        px, py, _ = road.at(np.array([i]), np.array([side * (half + rng.uniform(2.0, 5.5))]))
         trunk = np.stack([np.full(6, px[0]), np.full(6, py[0]), np.linspace(0.2, 2.2, 6)], 1)
         b.add(trunk, (0.12, 0.12, 0.25), (0.35, 0.25, 0.15), 0.95)
         crown = np.array([px[0], py[0], 3.2]) + rng.normal(0, 0.7, (cfg.crown_points, 3))
         b.add(crown, (0.3, 0.3, 0.3), (0.15, 0.4, 0.15), 0.8)
+
+
+def generate(index: int, cfg: RoadSceneConfig | None = None) -> tuple[GaussianScene, Route]:
+    """Scene ``index`` (seeded by it): the splats and the route."""
+    cfg = cfg or RoadSceneConfig()
+    rng = np.random.default_rng(np.random.SeedSequence([20261123, index]))
+    b = _Builder(rng)
+    line = centerline(cfg, rng)
+    half = 0.5 * cfg.lanes * cfg.lane_width
+    road = _Road(line)
+    _surface(b, road, cfg, half)
+    obstacles = _cars(b, road, cfg, rng, half)
+    _scenery(b, road, cfg, rng, half)
     route = Route(centerline=line[:, :2].round(4).tolist(), lane_width=cfg.lane_width, lanes=cfg.lanes,
                   obstacles=obstacles, seed=index, split=split_of(index))
     return b.scene(), route
