@@ -63,6 +63,20 @@ def _flatten(params: list[nn.Parameter]) -> torch.Tensor:
     return flat
 
 
+def _critic_layout(net) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The twin critic's flat layout (``W_l [2, in, out]``, ``b_l [2, 1, out]`` in parameter order): each layer's
+    weight and bias offsets and the widths from input to output."""
+    dims, w_off, b_off, start = [], [], [], 0
+    for layer in net.layers:
+        w_off.append(start)
+        start += layer.weight.numel()
+        b_off.append(start)
+        start += layer.bias.numel()
+        dims.append(layer.weight.shape[1])
+    dims.append(net.layers[-1].weight.shape[2])
+    return np.array(w_off, dtype=np.int64), np.array(b_off, dtype=np.int64), np.array(dims, dtype=np.int64)
+
+
 def _actor_layout(net: nn.Module) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """``(index, sign, dims, G)``: the actor as ``assembled = flat[index] * sign`` (td3_numba's layout)."""
     if isinstance(net, GroupMLP):
@@ -142,17 +156,7 @@ class FusedStep:
             self.flat[m], opt.exp_avg[i] = _flatten_list(opt.exp_avg[i])
             self.flat[v], opt.exp_avg_sq[i] = _flatten_list(opt.exp_avg_sq[i])
             self.flat["q_steps" if i == 0 else "pi_steps"], opt.steps[i] = _flatten_list(opt.steps[i])
-        # critic layout: W_l [2, in, out], b_l [2, 1, out] in parameter order
-        dims, w_off, b_off, start = [], [], [], 0
-        for layer in algo.q.net.layers:
-            w_off.append(start)
-            start += layer.weight.numel()
-            b_off.append(start)
-            start += layer.bias.numel()
-            dims.append(layer.weight.shape[1])
-        dims.append(algo.q.net.layers[-1].weight.shape[2])
-        self.q_w, self.q_b = np.array(w_off, dtype=np.int64), np.array(b_off, dtype=np.int64)
-        self.q_dims = np.array(dims, dtype=np.int64)
+        self.q_w, self.q_b, self.q_dims = _critic_layout(algo.q.net)
         self.p_index, self.p_sign, self.p_dims, self.p_groups = _actor_layout(algo.pi.net)
         self.chi, self.chi_w = characters(algo.pi.net)
         sl = algo.buffer.slices
