@@ -235,12 +235,13 @@ class VLAPolicy(ChunkQueue, nn.Module):
         keep = self._inputs(obs_dim, text, image, vision)
         state_dim = int(keep.sum())
         self.normalizer = EmpiricalNormalizer(state_dim) if obs_normalization else nn.Identity()
-        self._state_encoder(keep, terms, state_encoder, query_gain, relation, hard_pointers)
+        t_len = int(text[1])
+        self._state_encoder(keep, t_len, terms, state_encoder, query_gain, relation, hard_pointers)
         # with pointers the rest of the state reaches the trunk only through them: the objects' entries come as the
         # ones the instruction picks, so nothing can tie an action to where an unnamed object stands
         direct = len(self.context_idx) if self.pointers is not None else state_dim
         self.state_net = nn.Sequential(nn.Linear(direct, STATE_FEATURES), nn.SiLU())
-        self.text_net = nn.Linear(self.text_slice.stop - self.text_slice.start, TEXT_FEATURES)
+        self.text_net = nn.Linear(t_len, TEXT_FEATURES)
         feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0) + \
             (self.tokens.out_dim if self.tokens is not None else 0) + \
             (self.pointers.out_dim if self.pointers is not None else 0) + (3 if self.relation else 0)
@@ -267,11 +268,10 @@ class VLAPolicy(ChunkQueue, nn.Module):
         self.register_buffer("state_idx", keep.nonzero().squeeze(-1), persistent=False)
         return keep
 
-    def _state_encoder(self, keep: torch.Tensor, terms: list | None, state_encoder: str, query_gain: float,
-                       relation: bool, hard_pointers: bool) -> None:
+    def _state_encoder(self, keep: torch.Tensor, t_len: int, terms: list | None, state_encoder: str,
+                       query_gain: float, relation: bool, hard_pointers: bool) -> None:
         """The term-token or entity-pointer encoder of the state terms (``terms``: [obs start, size, kind] each)."""
         self.tokens = self.pointers = None
-        t_len = self.text_slice.stop - self.text_slice.start
         if terms:
             position = torch.cumsum(keep.long(), 0) - 1  # an observation entry's place in the state vector
             at = [[int(position[int(a)]), int(n)] for a, n, _ in terms]
