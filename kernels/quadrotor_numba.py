@@ -117,7 +117,8 @@ DR_ENABLED = 26
 DR_RANGE = 27  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
 POS_DECAY = 39  # the position average's per-step decay (QuadrotorHoverEnv.position_decay)
 C_FLOOR = 40  # the least reward of a step (-inf: none)
-CONFIG_DIM = 41
+DR_HARD = 41  # the share of resets whose mass factor is drawn from its range's top third, k_f's from the bottom third
+CONFIG_DIM = 42
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 
@@ -193,9 +194,15 @@ def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng):
         pi[j] = nominal[j]
     noise_scale[i] = 1.0
     if c[DR_ENABLED] != 0.0:
+        hard = c[DR_HARD] > 0.0 and uniform(rng) < c[DR_HARD]  # no draw when the share is 0: the stream as before
         for k in range(6):
             lo, hi = c[DR_RANGE + 2 * k], c[DR_RANGE + 2 * k + 1]
-            f = lo + (hi - lo) * uniform(rng)
+            u = uniform(rng)
+            if hard and k == 0:  # the heaviest third of the masses
+                u = (2.0 + u) / 3.0
+            elif hard and k == 2:  # the weakest third of the thrust constants
+                u = u / 3.0
+            f = lo + (hi - lo) * u
             if k == 5:
                 noise_scale[i] = f
                 continue

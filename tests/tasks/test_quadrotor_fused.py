@@ -231,6 +231,35 @@ def test_reset_distribution(kernel):
     assert force.std().item() == pytest.approx(1 / 20, rel=0.03) and force.mean().abs().item() < 0.002
 
 
+@pytest.mark.parametrize("kernel", ["auto", "torch"])
+def test_hard_plants_share(kernel):
+    """domain_randomization.hard_share: that share of plants has its mass factor from the top third of the range and
+    its thrust constant's from the bottom third, uniform there; the others (and the other factors) stay uniform over
+    the whole ranges; evaluation draws from the whole ranges."""
+    share, (m_lo, m_hi), (k_lo, k_hi) = 0.3, (0.75, 1.25), (0.85, 1.15)
+    dr = {"enabled": True, "hard_share": share}
+    _, p, nominal, _ = _initial_states(kernel, domain_randomization=dr)
+    mass = (p[:, 0] / nominal[0] - m_lo) / (m_hi - m_lo)  # U(0, 1) positions in the ranges
+    k_f = (p[:, 4] / nominal[4] - k_lo) / (k_hi - k_lo)
+    corner = (mass >= 2 / 3) & (k_f <= 1 / 3)
+    se = 4 / math.sqrt(p.shape[0])
+    # P(corner) = share + (1 - share) / 9; P(mass in its top third) = share + (1 - share) / 3
+    assert corner.float().mean().item() == pytest.approx(share + (1 - share) / 9, abs=se)
+    assert (mass >= 2 / 3).float().mean().item() == pytest.approx(share + (1 - share) / 3, abs=se)
+    assert (k_f <= 1 / 3).float().mean().item() == pytest.approx(share + (1 - share) / 3, abs=se)
+    assert mass.min() >= -1e-6 and mass.max() <= 1 + 1e-6 and k_f.min() >= -1e-6 and k_f.max() <= 1 + 1e-6
+    inside = mass[corner]  # the corner's draws: uniform over the top third (those of the uniform plants too)
+    assert inside.mean().item() == pytest.approx(5 / 6, abs=0.003)
+    tau = p[:, 6] / nominal[6]  # untouched: U(0.65, 1.35)
+    assert tau.mean().item() == pytest.approx(1.0, abs=0.005) and tau.std().item() == pytest.approx(0.7 / 12 ** 0.5,
+                                                                                                     rel=0.03)
+    _, p_all, nominal, _ = _initial_states(kernel, domain_randomization={"enabled": True, "hard_share": 1.0})
+    assert (p_all[:, 0] / nominal[0]).min() >= m_lo + (m_hi - m_lo) * 2 / 3 - 1e-6
+    assert (p_all[:, 4] / nominal[4]).max() <= k_lo + (k_hi - k_lo) / 3 + 1e-6
+    env = embodied.make_env("quadrotor-hover", num_envs=4, domain_randomization=dr)
+    assert embodied.tasks.quadrotor.hover.strict_eval_config(env.cfg).domain_randomization.hard_share == 0.0
+
+
 def test_fused_checkpoint_restores_the_random_stream():
     a = embodied.make_env("quadrotor-hover", num_envs=8, seed=0)
     a.reset(seed=0)

@@ -96,9 +96,15 @@ class DomainRandomizationConfig:
     torque_constant: list[float] = _factors(0.75, 1.25)
     motor_time_constant: list[float] = _factors(0.65, 1.35)
     obs_noise: list[float] = _factors(0.5, 2.5)
+    # the share of training episodes whose plant comes from the corner of lowest thrust-to-weight: the mass factor
+    # drawn from the top third of its range and the thrust constant's from the bottom third (the other factors as
+    # usual); evaluation always draws from the whole ranges. 0: every plant uniform
+    hard_share: float = 0.0
 
     def ranges(self) -> dict[str, tuple[float, float]]:
         """(lo, hi) per randomized quantity, in DR_PARAMS order then ``obs_noise``; a bad range is a UserError."""
+        if not 0.0 <= self.hard_share <= 1.0:
+            raise UserError(f"env.domain_randomization.hard_share is a probability in [0, 1], got {self.hard_share}")
         out = {}
         for key, name in (("mass", "mass"), ("inertia", "inertia"), ("k_f", "thrust_constant"),
                           ("k_m", "torque_constant"), ("motor_tau", "motor_time_constant"), ("obs_noise", "obs_noise")):
@@ -155,6 +161,8 @@ MIRRORS = (((1.0, 1.0, 1.0), (0, 1, 2, 3)), ((1.0, -1.0, 1.0), (3, 2, 1, 0)), ((
 # the parameters domain randomization scales, in the sim's PARAMS order; their ratios to nominal are logged from
 # one [N, 7] tensor in this layout (the logged means' summation order, and so their bits, depend on it)
 DR_PARAMS = NamedLayout(mass=1, inertia=3, k_f=1, k_m=1, motor_tau=1)
+# DomainRandomizationConfig.hard_share: where in [0, 1) a hard plant's uniform draw starts (its draw spans a third)
+HARD_CORNER = {"mass": 2 / 3, "k_f": 0.0}
 
 DR_LOG = ("mass", "inertia_xx", "thrust_constant", "torque_constant", "motor_time_constant", "obs_noise")  # dr/*
 DR_CRITIC = 6  # log factors the critic sees under domain randomization (DR_LOG order)
@@ -250,10 +258,14 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def _uniform(self, k: int, dim: int, scale: float) -> torch.Tensor:
         return (torch.rand(k, dim, generator=self.generator, device=self.device) * 2 - 1) * scale
 
-    def _factor(self, k: int, name: str) -> torch.Tensor:
-        """``[k, 1]`` domain-randomization factors ``U(lo, hi)`` of one randomized quantity."""
+    def _factor(self, k: int, name: str, hard: torch.Tensor | None = None) -> torch.Tensor:
+        """``[k, 1]`` domain-randomization factors ``U(lo, hi)`` of one randomized quantity; where ``hard`` (``[k]``)
+        holds, the mass's from the top third of its range and the thrust constant's from the bottom third."""
         lo, hi = self.dr_ranges[name]
-        return lo + (hi - lo) * torch.rand(k, 1, generator=self.generator, device=self.device)
+        u = torch.rand(k, 1, generator=self.generator, device=self.device)
+        if hard is not None and name in HARD_CORNER:
+            u = torch.where(hard[:, None], HARD_CORNER[name] + u / 3, u)
+        return lo + (hi - lo) * u
 
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
         cfg, k, S = self.cfg, env_ids.numel(), self.sim.STATE
@@ -280,8 +292,10 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         P = self.sim.PARAMS
         p = self.nominal_p.repeat(k, 1)
         if self.dr_ranges:
+            share = self.cfg.domain_randomization.hard_share
+            hard = torch.rand(k, generator=self.generator, device=self.device) < share if share > 0 else None
             for name in DR_PARAMS:  # one factor per parameter (all three inertia entries share theirs)
-                P.view(p, name).mul_(self._factor(k, name).expand(k, P.width(name)))
+                P.view(p, name).mul_(self._factor(k, name, hard).expand(k, P.width(name)))
         mg = P.view(p, "mass") * GRAVITY
         for name, scale in (("force_w", self.cfg.disturbance_force), ("torque_b", self.cfg.disturbance_torque)):
             P.view(p, name)[:] = torch.randn(k, 3, generator=self.generator, device=self.device) * mg * scale
@@ -418,6 +432,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         c[fk.DR_ENABLED] = float(self.dr_ranges is not None)
         if self.dr_ranges:
             c[fk.DR_RANGE:fk.DR_RANGE + 12] = [v for r in self.dr_ranges.values() for v in r]
+            c[fk.DR_HARD] = cfg.domain_randomization.hard_share
         f["coefs"], f["coefs_key"] = c, key
         return c
 
@@ -580,6 +595,14 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             self._fused["rng"][0] = np.uint64(seed)
 
 
+def strict_eval_config(cfg: QuadrotorHoverConfig) -> QuadrotorHoverConfig:
+    """Strict evaluation: the full initial-state distribution (no guided starts at the set-point, plants from the
+    whole randomization ranges); the curriculum frozen at the initial weights (success does not depend on them,
+    eval/return does)."""
+    return dataclasses.replace(cfg, curriculum=dataclasses.replace(cfg.curriculum, enabled=False), init_guidance=0.0,
+                               domain_randomization=dataclasses.replace(cfg.domain_randomization, hard_share=0.0))
+
+
 register_task(
     TaskSpec(
         name="quadrotor-hover",
@@ -589,9 +612,6 @@ register_task(
         backends=("torch_vec",),
         success_metric="success",
         default_algo="td3",
-        # strict evaluation: the full initial-state distribution (no guided starts at the set-point);
-        # the curriculum frozen at the initial weights (success does not depend on them, eval/return does)
-        eval_config=lambda cfg: dataclasses.replace(
-            cfg, curriculum=dataclasses.replace(cfg.curriculum, enabled=False), init_guidance=0.0),
+        eval_config=strict_eval_config,
     )
 )

@@ -24,7 +24,13 @@ from embodied.core.layout import ActionTerm, Layout
 from embodied.core.registry import TaskSpec, register_task
 from embodied.core.symmetry import SymmetryGroup, concat, mirror_axial, permutation
 from embodied.kernels.quadrotor import GRAVITY, ROTOR_DIR, ROTOR_X, ROTOR_Y
-from embodied.tasks.quadrotor.hover import MIRRORS, QuadrotorHoverConfig, QuadrotorHoverEnv, RewardWeights
+from embodied.tasks.quadrotor.hover import (
+    MIRRORS,
+    QuadrotorHoverConfig,
+    QuadrotorHoverEnv,
+    RewardWeights,
+    strict_eval_config,
+)
 
 
 @dataclass
@@ -148,6 +154,5 @@ register_task(TaskSpec(
     backends=("torch_vec",),
     success_metric="success",
     default_algo="td3",
-    eval_config=lambda cfg: dataclasses.replace(
-        cfg, curriculum=dataclasses.replace(cfg.curriculum, enabled=False), init_guidance=0.0),
+    eval_config=strict_eval_config,
 ))
