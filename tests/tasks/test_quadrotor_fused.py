@@ -202,7 +202,8 @@ def test_reset_distribution(kernel):
     """Both paths sample the documented initial-state distribution (moments of the uniform ranges, the
     rotation angle, guided starts, domain randomization factors, disturbance std)."""
     dr = {"enabled": True, "mass": [0.75, 1.25], "thrust_constant": [0.85, 1.15], "motor_time_constant": [0.65, 1.35],
-          "inertia": [0.8, 3.0], "torque_constant": [0.9, 1.1], "obs_noise": [0.5, 2.5]}
+          "inertia": [0.8, 3.0], "torque_constant": [0.9, 1.1], "obs_noise": [0.5, 2.5],
+          "hard_share": 0.0}
     x, p, nominal, noise_scale = _initial_states(kernel, domain_randomization=dr)
     n = x.shape[0]
     guided = (x[:, :13].abs().sum(1) == 1.0) & (x[:, 3] == 1.0)

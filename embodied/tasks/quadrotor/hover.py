@@ -98,8 +98,10 @@ class DomainRandomizationConfig:
     obs_noise: list[float] = _factors(0.5, 2.5)
     # the share of training episodes whose plant comes from the corner of lowest thrust-to-weight: the mass factor
     # drawn from the top third of its range and the thrust constant's from the bottom third (the other factors as
-    # usual); evaluation always draws from the whole ranges. 0: every plant uniform
-    hard_share: float = 0.0
+    # usual); evaluation always draws from the whole ranges. 0: every plant uniform. Seeds 0-4, 300k env steps each,
+    # 2000 strict starts on the whole ranges (seed 777001): 0 -> 0.929, 0.25 -> 0.9406 (each seed higher, +0.2 to
+    # +2.4 points; thrust-to-weight 1.5-1.8 0.781 -> 0.815, 2.5-3.6 0.978 -> 0.983), 0.5 -> 0.930 (issue 8, stop 66)
+    hard_share: float = 0.25
 
     def ranges(self) -> dict[str, tuple[float, float]]:
         """(lo, hi) per randomized quantity, in DR_PARAMS order then ``obs_noise``; a bad range is a UserError."""
