@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
                    "off the object, then recovers (default 0)")
     c.add_argument("--detour", type=float, default=None, help="fraction of episodes whose carry goes first over a "
                    "point 3 cm from the goal, then corrects to it (default 0)")
+    c.add_argument("--lift", default=None, choices=("timer", "held"), help="when a pick expert lifts a grasp: once "
+                   "the fingers had 0.3 s to close (timer, the default) or as soon as they hold the object (held)")
     c.add_argument("overrides", nargs="*", help="task settings env.KEY=VALUE (e.g. env.observation=state); train "
                    "on the dataset with the same settings")
     c.add_argument("--keep-failures", action="store_true", help="record failed episodes too")
@@ -211,7 +213,7 @@ def _cmd_collect_demos(args) -> int:
     # task settings the demonstrations are recorded under (env.observation=state); the task's config checks the keys
     settings = parse_env_settings(args.overrides, "collect-demos")
     summary = collect_demos(args.task, args.episodes, out, args.num_envs, args.seed, args.noise, args.target_noise,
-                            args.keep_failures, settings, args.miss, args.detour)
+                            args.keep_failures, settings, args.miss, args.detour, args.lift)
     print(json.dumps(summary))
     return 0
 

@@ -244,7 +244,8 @@ def record_episodes(env, act, num_episodes: int, seed: int) -> list[dict]:
 
 def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
                   action_noise: float | None = None, target_noise: float = 0.0, keep_failures: bool = False,
-                  env_settings: dict | None = None, miss: float | None = None, detour: float | None = None) -> dict:
+                  env_settings: dict | None = None, miss: float | None = None, detour: float | None = None,
+                  lift: str | None = None) -> dict:
     """Roll ``task``'s scripted expert until ``episodes`` episodes (successful ones unless ``keep_failures``) are
     recorded, and write them as a Minari dataset at ``out``. Returns a summary with the expert's success rate over
     every episode it played."""
@@ -267,6 +268,8 @@ def collect_demos(task: str, episodes: int, out: str | Path, num_envs: int = 16,
     for name, value in knobs.items():
         if not 0.0 <= value <= 1.0:
             raise UserError(f"{name} is a fraction of the episodes, in [0, 1]; got {value}")
+    if lift is not None:
+        knobs["lift"] = lift
     try:
         act = spec.expert(env, action_noise=action_noise, target_noise=target_noise, seed=seed, **knobs)
     except TypeError:

@@ -259,6 +259,42 @@ def test_pick_expert_recovers_from_a_grasp_aimed_off():
     assert not act.aim.any()
 
 
+@pytest.mark.parametrize("lift", ["timer", "held"])
+def test_pick_expert_lifts_after_its_timer_or_once_the_fingers_hold(lift):
+    """A grasp's end (phase 2 -> 3, the lift): timer, the step at which the fingers had CLOSE_STEPS to close; held,
+    the first step whose finger opening lies in [min_hold, min_hold + HOLD_BAND) (or the timer, if that comes
+    first), and the same step's label already lifts. 16 pick-place envs, no noise: every env grasps its cube, and the
+    held expert lifts sooner (a grasp's opening: ~4.1 cm)."""
+    import embodied
+    from embodied.tasks.manipulation.experts import CLOSE_STEPS, HOLD_BAND, expert
+
+    n = 16
+    env = embodied.make_env("pick-place", num_envs=n, seed=3)
+    obs, _ = env.reset(seed=3)
+    act = expert(env, seed=3, action_noise=0.0, lift=lift)
+    assert act.lift == lift
+    grasp_steps, lifted = torch.full((n,), -1), torch.zeros(n, dtype=torch.bool)
+    for _ in range(60):
+        before, timer = act.phase.clone(), act.timer.clone()
+        opening = env.finger_opening()
+        executed = act(obs)
+        ends = (before == 2) & (act.phase == 3) & ~lifted
+        holds = (opening >= act.min_hold) & (opening < act.min_hold + HOLD_BAND)
+        stays = (before == 2) & (act.phase == 2)
+        if lift == "timer":
+            assert bool((timer[ends] == CLOSE_STEPS).all()) and bool((timer[stays] < CLOSE_STEPS).all())
+        else:
+            assert bool((holds | (timer >= CLOSE_STEPS))[ends].all())
+            assert not bool((holds | (timer >= CLOSE_STEPS))[stays].any())
+        assert bool((act.label[ends, 2] > 0.5).all())  # the label of that step lifts
+        grasp_steps[ends] = timer[ends]
+        lifted |= ends
+        obs, *_ = env.step(executed)
+    assert bool(lifted.all())
+    if lift == "held":
+        assert bool((grasp_steps < CLOSE_STEPS).all())  # each lifted once its fingers held, before the timer
+
+
 def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys, monkeypatch):
     import json
 
@@ -284,8 +320,10 @@ def test_collect_demos_writes_a_minari_dataset(tmp_path, capsys, monkeypatch):
     assert main(["collect-demos", "--task", "push-to-goal", "--episodes", "2", "--out", str(out)]) == 2
     assert main(["collect-demos", "--task", "pendulum", "--episodes", "2", "--out", str(tmp_path / "x")]) == 2
     assert main(["collect-demos", "--task", "pick-place", "--miss", "1.5", "--out", str(tmp_path / "y")]) == 2
+    assert main(["collect-demos", "--task", "push-to-goal", "--lift", "held", "--out", str(tmp_path / "z")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and "exists" in err[0] and "no scripted expert" in err[1] and "in [0, 1]" in err[2]
+    assert len(err) == 4 and "exists" in err[0] and "no scripted expert" in err[1] and "in [0, 1]" in err[2]
+    assert "does not grasp" in err[3] and not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
 
 
 # a per-step MLP; an action-chunked policy (4 predicted, 2 executed); the same chunks from a flow-matching head

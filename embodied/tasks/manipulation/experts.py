@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from embodied.core.errors import UserError
 from embodied.tasks.manipulation.controller import axis_angle_matrix, rotation_error
 from embodied.tasks.manipulation.tabletop import CUBE, PEG, PegInsertEnv, PickPlaceEnv, PushEnv, ReachEnv
 
@@ -22,6 +23,8 @@ F64 = torch.float64
 ABOVE = 0.08  # [m] approach height over the object's centre
 CARRY = 0.14  # [m] height of the grip point while carrying
 CLOSE_STEPS = 6  # control steps the fingers get to close (0.3 s)
+HOLD_BAND = 0.013  # [m] ``lift="held"``: the fingers hold the object while their opening is this little over min_hold
+LIFTS = ("timer", "held")
 MISS_OFFSET = 0.035  # [m] how far from the object a missed grasp (``miss``) is aimed, in the table plane
 DETOUR_OFFSET = 0.03  # [m] how far from the goal a detour (``detour``) carries the object first, in the table plane
 
@@ -42,11 +45,18 @@ class Expert:
     # wider randomization: 58% without, 55% with miss=0.3), so none by default
     default_miss = 0.0
     default_detour = 0.0  # detour where none is given
+    default_lift = "timer"  # lift where none is given
+    grasps = False  # whether the expert closes a grasp (lift is its setting)
     fine_noise: float | None = None  # the action-noise ceiling in the steps ``fine`` marks (None: no such steps)
 
     def __init__(self, env, action_noise: float | None = None, target_noise: float = 0.0, seed: int = 0,
-                 gain: float = 1.0, miss: float | None = None, detour: float | None = None):
+                 gain: float = 1.0, miss: float | None = None, detour: float | None = None, lift: str | None = None):
         self.action_noise = self.default_noise if action_noise is None else action_noise
+        self.lift = self.default_lift if lift is None else lift
+        if lift is not None and not self.grasps:
+            raise UserError(f"the {type(self).__name__} does not grasp: lift is a setting of the pick experts")
+        if self.lift not in LIFTS:
+            raise UserError(f"lift is one of {', '.join(LIFTS)}, got {self.lift!r}")
         self.miss = self.default_miss if miss is None else miss
         self.detour = self.default_detour if detour is None else detour
         self.env, self.target_noise, self.gain = env, target_noise, gain
@@ -137,6 +147,7 @@ class PickExpert(Expert):
     """Approach above the object, descend, close, lift, carry over the goal, lower, open; a grasp that shut on nothing
     or an object dropped on the way starts over."""
 
+    grasps = True
     min_hold = 2 * CUBE - 0.01  # [m] fingers closed narrower than this hold no cube (a grasp of it: ~4.1 cm)
     grasp_height = 0.0  # [m] grip point above the object's centre at the grasp
     place_clearance = 0.004  # [m] the object's centre above its goal when it is let go
@@ -181,10 +192,16 @@ class PickExpert(Expert):
         at = obj + up * self.grasp_height
         target = torch.where((p == 1)[:, None], at, target)
         self._advance((p == 1) & ((grip - at - self.aim).norm(dim=1) < self.close_within))  # where it aims
-        # 2: close, finishing the descent on the way
+        # 2: close, finishing the descent on the way; lift once the fingers had CLOSE_STEPS to close (timer), or as
+        # soon as they hold the object (held: what the state shows; after the timer alone, the states of a closed
+        # grasp are labelled both wait and lift, and a clone that cannot see the timer waits)
         target = torch.where((p == 2)[:, None], at, target)
         gripper = torch.where(p >= 2, torch.ones_like(gripper), gripper)
-        self._advance((p == 2) & (self.timer >= CLOSE_STEPS))
+        closed = self.timer >= CLOSE_STEPS
+        if self.lift == "held":
+            opening = env.finger_opening()
+            closed |= (opening >= self.min_hold) & (opening < self.min_hold + HOLD_BAND)
+        self._advance((p == 2) & closed)
         # 3: lift
         lift = torch.cat([obj[:, :2] + held[:, :2], torch.full((n, 1), CARRY, dtype=F64)], 1)
         target = torch.where((p == 3)[:, None], lift, target)
