@@ -142,6 +142,9 @@ def test_a_saved_config_without_a_newer_setting_runs_as_it_ran():
     del data["env"]["reward"]["floor"]  # nested: the reward section of a run saved before the floor
     assert config_from_dict(data).env.reward.floor is None
     assert config_from_dict(data).env.reward.position_abs == data["env"]["reward"]["position_abs"]
+    assert config_from_dict(data).env.domain_randomization.hard_share == 0.25
+    del data["env"]["domain_randomization"]["hard_share"]  # a randomized run saved before the hard share: uniform
+    assert config_from_dict(data).env.domain_randomization.hard_share == 0.0
     env = embodied.make_env("quadrotor-hover")
     ckpt = {"policy": {"spec": {"name": "deterministic_mlp", "kwargs": {"obs_dim": 82}}}, "config": data}
     with pytest.raises(UserError, match="reads 82 observation entries; task quadrotor-hover gives 85"):

@@ -120,7 +120,8 @@ class DomainRandomizationConfig:
 @dataclass
 class QuadrotorHoverConfig:
     # what a run saved before a setting existed ran with (config_from_dict): no position average before stop 39
-    SAVED_BEFORE: ClassVar[dict] = {"position_average_s": 0.0, "reward": {"floor": None}}
+    SAVED_BEFORE: ClassVar[dict] = {"position_average_s": 0.0, "reward": {"floor": None},
+                                    "domain_randomization": {"hard_share": 0.0}}
 
     episode_s: float = 5.0  # [s]
     success_radius: float = 0.1  # [m]
