@@ -100,7 +100,9 @@ class DomainRandomizationConfig:
     # drawn from the top third of its range and the thrust constant's from the bottom third (the other factors as
     # usual); evaluation always draws from the whole ranges. 0: every plant uniform. Seeds 0-4, 300k env steps each,
     # 2000 strict starts on the whole ranges (seed 777001): 0 -> 0.929, 0.25 -> 0.9406 (each seed higher, +0.2 to
-    # +2.4 points; thrust-to-weight 1.5-1.8 0.781 -> 0.815, 2.5-3.6 0.978 -> 0.983), 0.5 -> 0.930 (issue 8, stop 66)
+    # +2.4 points; thrust-to-weight 1.5-1.8 0.781 -> 0.815, 2.5-3.6 0.978 -> 0.983), 0.5 -> 0.930 (issue 8, stop 66).
+    # The stop rule under randomization met in the same run by 2 of seeds 0-4 (4 of 5 at 0): at ~0.93-0.94 true
+    # success it passes by luck either way
     hard_share: float = 0.25
 
     def ranges(self) -> dict[str, tuple[float, float]]:
