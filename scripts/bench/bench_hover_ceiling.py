@@ -5,9 +5,9 @@ success): a lower bound on the success an optimal policy reaches on this distrib
 the hardest starts (tilted ~75 deg, falling) cannot be recovered at all. Failures are classed as ``crashed`` (left the
 termination radius; ``gave up``: those that cut the motors just before) or ``not held`` (survived, outside the success
 radius in the final window), and success is binned by the start's tilt and vertical velocity (and, under domain
-randomization, by the plant's thrust-to-weight). ``--ensemble`` also flies the runs' action mean (and median: the
-lower middle for an even count) as one policy from the same starts: what an ensemble of independent learners would
-reach.
+randomization, by the plant's thrust-to-weight, with the share that crashed, and by each randomized factor in thirds
+of its range). ``--ensemble`` also flies the runs' action mean (and median: the lower middle for an even count) as one
+policy from the same starts: what an ensemble of independent learners would reach.
 ``--members``: a run trained as an ensemble (``ensemble=K``, its policy the members' action mean) also has each
 member flown alone, and the members' median. Prints one JSON.
 
@@ -137,7 +137,14 @@ def main() -> None:
         logf = dict(zip(DR_LOG, start[:, -DR_CRITIC:].T))
         p = QuadrotorParams()
         tw = (p.rpm_max / p.hover_rpm) ** 2 * torch.exp(logf["thrust_constant"] - logf["mass"])
-        plant["by_thrust_to_weight"] = {"mean": binned(mean, tw, TW_BINS), "union": binned(union.float(), tw, TW_BINS)}
+        crashed = torch.stack([~f["success"] & f["crashed"] for f in flown]).float().mean(0)
+        plant["by_thrust_to_weight"] = {"mean": binned(mean, tw, TW_BINS), "union": binned(union.float(), tw, TW_BINS),
+                                        "crashed": binned(crashed, tw, TW_BINS)}
+        # each factor alone, in thirds of its training range (DR_LOG and ranges() share the order)
+        ranges = loaded[0][1].env.domain_randomization.ranges().values()
+        thirds = lambda lo, hi: [lo + (hi - lo) * k / 3 for k in range(3)] + [hi * 1.001]  # noqa: E731
+        plant["by_factor"] = {name: binned(mean, logf[name].exp(), thirds(lo, hi))
+                              for name, (lo, hi) in zip(DR_LOG, ranges)}
     never = ~union
     runs = [{"run": r, "step": f["step"], "success": round(f["success"].float().mean().item(), 4),
              "crashed": int((~f["success"] & f["crashed"]).sum()), "gave up": int(f["gave_up"].sum()),

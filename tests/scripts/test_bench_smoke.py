@@ -72,19 +72,27 @@ def test_bench_td3_update_runs_ours_and_the_sb3_peer():
 
 
 def test_bench_hover_ceiling_flies_an_ensemble_run_and_its_members(tmp_path):
-    """A two-member ensemble run (a few hundred steps) flown from the same starts: its success, each member's."""
+    """A two-member ensemble run (a few hundred steps, randomized plants) flown from the same starts: its success, each
+    member's, success by thrust-to-weight and by each randomized factor's thirds."""
     from embodied.config import load_config
     from embodied.train import train
 
     cfg = load_config("quadrotor-hover", "debug", ["total_steps=256", "ensemble=2", "log.progress=false",
-                                                    "log.tensorboard=false"])
+                                                    "log.tensorboard=false", "env.domain_randomization.enabled=true"])
     run_dir, _ = train(cfg, tmp_path / "run")
     script = SCRIPT.parent / "bench_hover_ceiling.py"
     proc = subprocess.run([sys.executable, str(script), str(run_dir), "--members", "--episodes", "16"],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    row = json.loads(proc.stdout)["runs"][0]
+    out = json.loads(proc.stdout)
+    row = out["runs"][0]
     assert len(row["members"]) == 2 and all(0 <= s <= 1 for s in [*row["members"], row["members_median"]])
+    assert list(out["by_factor"]) == ["mass", "inertia_xx", "thrust_constant", "torque_constant",
+                                      "motor_time_constant", "obs_noise"]
+    for bins in [*out["by_factor"].values(), out["by_thrust_to_weight"]["crashed"]]:
+        assert sum(b["starts"] for b in bins) == 16  # every start in one bin (the thrust-to-weight bins span them all)
+        assert all(b["success"] is None or 0 <= b["success"] <= 1 for b in bins)
+    assert out["by_factor"]["mass"][0]["range"] == [0.75, 0.75 + 0.5 / 3]  # thirds of the training range
 
 
 def test_bench_hover_feasibility_searches_the_starts_a_policy_fails(tmp_path):
