@@ -117,8 +117,10 @@ DR_ENABLED = 26
 DR_RANGE = 27  # 6 (lo, hi) factor ranges: the DR_PARAM_COLUMNS in order, then the observation noise std
 POS_DECAY = 39  # the position average's per-step decay (QuadrotorHoverEnv.position_decay)
 C_FLOOR = 40  # the least reward of a step (-inf: none)
-DR_HARD = 41  # the share of resets whose mass factor is drawn from its range's top third, k_f's from the bottom third
-CONFIG_DIM = 42
+DR_HARD = 41  # the share of resets that draw a hard plant
+DR_HARD_THIRD = 42  # 5 entries, DR_PARAM_COLUMNS order: the third of its range (0, 1, 2) a hard plant's factor is
+# drawn from, -1: the whole range
+CONFIG_DIM = 47
 # parameter columns domain randomization scales (mass, inertia xyz share one factor, k_f, k_m, motor_tau)
 DR_PARAM_COLUMNS = (0, 1, 4, 5, 6)
 
@@ -198,10 +200,8 @@ def _reset(i, x, p, noise_scale, hist, ep_len, last_out, nominal, c, rng):
         for k in range(6):
             lo, hi = c[DR_RANGE + 2 * k], c[DR_RANGE + 2 * k + 1]
             u = uniform(rng)
-            if hard and k == 0:  # the heaviest third of the masses
-                u = (2.0 + u) / 3.0
-            elif hard and k == 2:  # the weakest third of the thrust constants
-                u = u / 3.0
+            if hard and k < 5 and c[DR_HARD_THIRD + k] >= 0.0:
+                u = (c[DR_HARD_THIRD + k] + u) / 3.0
             f = lo + (hi - lo) * u
             if k == 5:
                 noise_scale[i] = f

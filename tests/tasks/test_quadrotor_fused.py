@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import embodied
+from embodied.core.errors import UserError
 from embodied.kernels.quadrotor import numba_available
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="numba is not installed")
@@ -236,7 +237,7 @@ def test_reset_distribution(kernel):
 def test_hard_plants_share(kernel):
     """domain_randomization.hard_share: that share of plants has its mass factor from the top third of the range and
     its thrust constant's from the bottom third, uniform there; the others (and the other factors) stay uniform over
-    the whole ranges; evaluation draws from the whole ranges."""
+    the whole ranges; evaluation draws from the whole ranges. ``hard_factors`` picks other factors' hard thirds."""
     share, (m_lo, m_hi), (k_lo, k_hi) = 0.3, (0.75, 1.25), (0.85, 1.15)
     dr = {"enabled": True, "hard_share": share}
     _, p, nominal, _ = _initial_states(kernel, domain_randomization=dr)
@@ -259,6 +260,25 @@ def test_hard_plants_share(kernel):
     assert (p_all[:, 4] / nominal[4]).max() <= k_lo + (k_hi - k_lo) / 3 + 1e-6
     env = embodied.make_env("quadrotor-hover", num_envs=4, domain_randomization=dr)
     assert embodied.tasks.quadrotor.hover.strict_eval_config(env.cfg).domain_randomization.hard_share == 0.0
+    # hard_factors: other factors from their hard thirds (inertia and motor lag top, torque constant bottom), the mass
+    # and thrust constant then uniform
+    dr = {"enabled": True, "hard_share": share,
+          "hard_factors": ["inertia", "torque_constant", "motor_time_constant"]}
+    _, p, nominal, _ = _initial_states(kernel, domain_randomization=dr)
+    pos = {col: (p[:, col] / nominal[col] - lo) / (hi - lo)  # U(0, 1) positions in the ranges
+           for col, (lo, hi) in ((0, (0.75, 1.25)), (1, (0.8, 3.0)), (4, (0.85, 1.15)), (5, (0.75, 1.25)),
+                                 (6, (0.65, 1.35)))}
+    corner = (pos[1] >= 2 / 3) & (pos[5] <= 1 / 3) & (pos[6] >= 2 / 3)
+    assert corner.float().mean().item() == pytest.approx(share + (1 - share) / 27, abs=se)
+    for col in (1, 6):
+        assert (pos[col] >= 2 / 3).float().mean().item() == pytest.approx(share + (1 - share) / 3, abs=se)
+    assert (pos[5] <= 1 / 3).float().mean().item() == pytest.approx(share + (1 - share) / 3, abs=se)
+    for col in (0, 4):
+        assert (pos[col] >= 2 / 3).float().mean().item() == pytest.approx(1 / 3, abs=se)
+        assert (pos[col] <= 1 / 3).float().mean().item() == pytest.approx(1 / 3, abs=se)
+    with pytest.raises(UserError, match="hard_factors: obs_noise not among mass, inertia"):
+        embodied.make_env("quadrotor-hover", num_envs=4, kernel=kernel,
+                          domain_randomization={"enabled": True, "hard_factors": ["mass", "obs_noise"]})
 
 
 def test_fused_checkpoint_restores_the_random_stream():
