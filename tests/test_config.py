@@ -143,6 +143,8 @@ def test_a_saved_config_without_a_newer_setting_runs_as_it_ran():
     assert config_from_dict(data).env.reward.floor is None
     assert config_from_dict(data).env.reward.position_abs == data["env"]["reward"]["position_abs"]
     assert config_from_dict(data).env.domain_randomization.hard_share == 0.25
+    del data["env"]["domain_randomization"]["hard_factors"]  # saved before the hard factors: mass and thrust constant
+    assert config_from_dict(data).env.domain_randomization.hard_factors == ["mass", "thrust_constant"]
     del data["env"]["domain_randomization"]["hard_share"]  # a randomized run saved before the hard share: uniform
     assert config_from_dict(data).env.domain_randomization.hard_share == 0.0
     env = embodied.make_env("quadrotor-hover")

@@ -239,7 +239,7 @@ def test_hard_plants_share(kernel):
     its thrust constant's from the bottom third, uniform there; the others (and the other factors) stay uniform over
     the whole ranges; evaluation draws from the whole ranges. ``hard_factors`` picks other factors' hard thirds."""
     share, (m_lo, m_hi), (k_lo, k_hi) = 0.3, (0.75, 1.25), (0.85, 1.15)
-    dr = {"enabled": True, "hard_share": share}
+    dr = {"enabled": True, "hard_share": share, "hard_factors": ["mass", "thrust_constant"]}
     _, p, nominal, _ = _initial_states(kernel, domain_randomization=dr)
     mass = (p[:, 0] / nominal[0] - m_lo) / (m_hi - m_lo)  # U(0, 1) positions in the ranges
     k_f = (p[:, 4] / nominal[4] - k_lo) / (k_hi - k_lo)
@@ -258,7 +258,8 @@ def test_hard_plants_share(kernel):
     _, p_all, nominal, _ = _initial_states(kernel, domain_randomization={"enabled": True, "hard_share": 1.0})
     assert (p_all[:, 0] / nominal[0]).min() >= m_lo + (m_hi - m_lo) * 2 / 3 - 1e-6
     assert (p_all[:, 4] / nominal[4]).max() <= k_lo + (k_hi - k_lo) / 3 + 1e-6
-    env = embodied.make_env("quadrotor-hover", num_envs=4, domain_randomization=dr)
+    env = embodied.make_env("quadrotor-hover", num_envs=4, domain_randomization={"enabled": True})
+    assert env.hard_thirds == {"mass": 2.0, "inertia": 2.0, "k_f": 0.0, "motor_tau": 2.0}  # the default hard factors
     assert embodied.tasks.quadrotor.hover.strict_eval_config(env.cfg).domain_randomization.hard_share == 0.0
     # hard_factors: other factors from their hard thirds (inertia and motor lag top, torque constant bottom), the mass
     # and thrust constant then uniform
