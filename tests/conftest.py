@@ -11,9 +11,9 @@ import pytest
 # `python -m pytest` (the README's test command) puts the working directory first on sys.path; from the repo root
 # its source folder kernels/ (installed as embodied.kernels) then shadows the PyPI package `kernels`, which
 # transformers 5.25 requires and imports: `import sentence_transformers` failed with "cannot import name
-# 'CUDAProperties' from 'kernels'". The tests import the installed packages only, so the root leaves the path.
+# 'CUDAProperties' from 'kernels'". The root moves to the end of the path: installed packages first, then `tests.*`.
 _ROOT = Path(__file__).resolve().parent.parent
-sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT]
+sys.path[:] = [p for p in sys.path if Path(p or os.curdir).resolve() != _ROOT] + [str(_ROOT)]
 
 
 @pytest.fixture(autouse=True)
