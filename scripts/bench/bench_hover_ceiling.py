@@ -128,6 +128,7 @@ def main() -> None:
     tilt = torch.rad2deg(torch.acos(start[:, 11].clamp(-1, 1)))  # R[2, 2]: the body z axis against the world's
     vz = start[:, 14]
     wins = torch.stack([f["success"] for f in flown])
+    crashes = torch.stack([~f["success"] & f["crashed"] for f in flown])  # failures that left the termination radius
     union, mean = wins.any(0), wins.float().mean(0)  # mean: the runs' average per start
     plant = {}
     if loaded[0][1].env.domain_randomization.enabled:  # the critic's last entries: log factors, DR_LOG order
@@ -137,9 +138,8 @@ def main() -> None:
         logf = dict(zip(DR_LOG, start[:, -DR_CRITIC:].T))
         p = QuadrotorParams()
         tw = (p.rpm_max / p.hover_rpm) ** 2 * torch.exp(logf["thrust_constant"] - logf["mass"])
-        crashed = torch.stack([~f["success"] & f["crashed"] for f in flown]).float().mean(0)
         plant["by_thrust_to_weight"] = {"mean": binned(mean, tw, TW_BINS), "union": binned(union.float(), tw, TW_BINS),
-                                        "crashed": binned(crashed, tw, TW_BINS)}
+                                        "crashed": binned(crashes.float().mean(0), tw, TW_BINS)}
         # each factor alone, in thirds of its training range (DR_LOG and ranges() share the order)
         ranges = loaded[0][1].env.domain_randomization.ranges().values()
         thirds = lambda lo, hi: [lo + (hi - lo) * k / 3 for k in range(3)] + [hi * 1.001]  # noqa: E731
@@ -147,9 +147,9 @@ def main() -> None:
                               for name, (lo, hi) in zip(DR_LOG, ranges)}
     never = ~union
     runs = [{"run": r, "step": f["step"], "success": round(f["success"].float().mean().item(), 4),
-             "crashed": int((~f["success"] & f["crashed"]).sum()), "gave up": int(f["gave_up"].sum()),
+             "crashed": int(lost.sum()), "gave up": int(f["gave_up"].sum()),
              "not held": int((~f["success"] & ~f["crashed"]).sum())}
-            for r, f in zip(args.runs, flown)]
+            for r, f, lost in zip(args.runs, flown, crashes)]
     if args.members:
         for row, (policy, cfg, _) in zip(runs, loaded):
             row.update(members(policy, cfg, args.episodes, args.seed))
