@@ -27,7 +27,7 @@ from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transit
 from embodied.algos.branch_starts import BranchStarts, BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss
 from embodied.algos.demo_starts import DemoStarts, DemoStartsConfig
-from embodied.core.base import TASK_ID
+from embodied.core.base import INSTRUCTED, TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
@@ -167,6 +167,9 @@ class SuccessRollouts(Algorithm):
         self.success = torch.zeros(self.num_envs, device=self.device)
         # each env's task in a suite (the outcome's ``TASK_ID``), -1 where the task reports none
         self.task_of = torch.full((self.num_envs,), -1, dtype=torch.long, device=self.device)
+        # ``[N, 2]``: the entities each env's episode was instructed about (the outcome's ``INSTRUCTED``), -1 where
+        # the task reports none
+        self.instructed_of = torch.full((self.num_envs, 2), -1, dtype=torch.long, device=self.device)
 
     def dist(self, obs: torch.Tensor):
         """The tempered policy the rollouts sample from (and GRPO's ratio is taken under)."""
@@ -201,6 +204,9 @@ class SuccessRollouts(Algorithm):
             task = tr.outcome.get(TASK_ID)
             if task is not None:
                 self.task_of = torch.where(done, task.to(self.task_of), self.task_of)
+            if INSTRUCTED[0] in tr.outcome:
+                told = torch.stack([tr.outcome[k] for k in INSTRUCTED], 1).to(self.instructed_of)
+                self.instructed_of = torch.where(done[:, None], told, self.instructed_of)
             self.ended |= done
 
     def take_steps(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

@@ -21,6 +21,11 @@ from embodied.core.errors import UserError
 
 # key of an episode's outcome (``final_info``) that says which task of a suite it was, where one env holds a mix
 TASK_ID = "task_id"
+# keys of an episode's outcome that name the entities its instruction is about, as indices into the entities a
+# pointer policy points at (the state terms of a kind that occurs more than once, in layout order; -1: none): what
+# the episode is to move, and what it is to put it onto. The task's own knowledge (its success predicate's
+# arguments), for training-time labels only: a policy never observes them
+INSTRUCTED = ("instructed_object", "instructed_support")
 
 Obs = dict[str, torch.Tensor]
 

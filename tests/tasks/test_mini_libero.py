@@ -131,3 +131,37 @@ def test_expert_detours_over_a_point_off_the_goal_then_places(minilm):
     e.reset(seed=4)
     plain(obs), knob(obs)
     assert not knob.via.any() and torch.equal(plain.generator.get_state(), knob.generator.get_state())
+
+
+def test_episodes_report_the_entities_their_instruction_names(minilm):
+    """The outcome's INSTRUCTED: the instructed cube and what it goes onto, as indices into the layout's entities
+    (cubes in colour order, then plate and tray; -1: a lift): exact per task, and what the expert's successful
+    episodes moved and put it on (``grounding_labels``, the labels BC's grounding loss reads off demonstrations)."""
+    from embodied.algos.bc import grounding_labels
+    from embodied.core.base import INSTRUCTED
+    from embodied.datasets import record_episodes
+
+    names = ["goal-stack-green-blue", "goal-red-tray", "goal-lift-blue", "object-yellow", "spatial-leftmost"]
+    e = embodied.make_env("mini-libero", num_envs=5, seed=0, tasks=names)
+    e.reset(seed=0)
+    told = e.instructed()
+    for i in range(5):
+        task = e.task_names[int(e.task_id[i])]
+        want = {"goal-stack-green-blue": [1, 2], "goal-red-tray": [0, 5], "goal-lift-blue": [2, -1],
+                "object-yellow": [3, 4]}.get(task, [int(e.target[i]), 4])  # spatial: the cube in its slot, the plate
+        assert told[i].tolist() == want
+    episodes = record_episodes(e, TASKS.get("mini-libero").expert(e, seed=0), 10, seed=1)
+    layout = e.layout()
+    starts = [s for name, s in layout.slices("policy").items()
+              if name.endswith("_cube") or name in ("plate_pos", "tray_pos")]  # layout order
+    checked = 0
+    for ep in episodes:
+        if ep["outcome"]["success"] < 0.5:
+            continue
+        state = torch.as_tensor(ep["observations"]["policy"])
+        position = torch.stack([state[:, s.start:s.start + 3] for s in starts], 1)  # [T, 6 entities, 3]
+        moved, onto = grounding_labels(position, torch.zeros(len(state), dtype=torch.long))
+        assert [int(moved[0]), int(onto[0])] == [int(ep["outcome"][k]) for k in INSTRUCTED]
+        checked += 1
+    e.close()
+    assert checked >= 8

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from embodied.core.base import TASK_ID
+from embodied.core.base import INSTRUCTED, TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.layout import ActionTerm, Layout, Term
 from embodied.core.pixels import pixels_to_float
@@ -328,8 +328,17 @@ class MiniLiberoEnv(TabletopEnv):
         metrics = {"success_rate": success.to(F64), "dropped": dropped.to(F64)}
         return StepTerms(terms, success | dropped, metrics)
 
+    def instructed(self) -> torch.Tensor:
+        """``[N, 2]``: the instructed cube and what it goes onto (-1 for a lift) as indices into the entities of the
+        state layout (the four cubes in colour order, then plate and tray: ``SUPPORTS`` puts the surfaces first)."""
+        surface = self.support + len(COLOURS)  # plate, tray
+        onto = torch.where(self.support >= 2, self.support - 2, torch.where(self.support >= 0, surface, -1))
+        return torch.stack([self.target, onto], 1)
+
     def _final_info(self, done):
-        return {"success": self.succeeded.float(), TASK_ID: self.task_id.float()}
+        told = self.instructed().float()
+        return {"success": self.succeeded.float(), TASK_ID: self.task_id.float(),
+                INSTRUCTED[0]: told[:, 0], INSTRUCTED[1]: told[:, 1]}
 
     def step(self, action):
         out = super().step(action)
