@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from embodied.core.base import TASK_ID, VecEnv
+from embodied.core.base import INSTRUCTED, TASK_ID, VecEnv
 from embodied.core.registry import TASKS
 from embodied.runtime.base import EpisodeStats
 
@@ -90,6 +90,8 @@ def evaluate(act, env: VecEnv, seed: int, learner_device: torch.device | str = "
         if bool(done.all()):
             break
     task_id = first.pop(TASK_ID, None)  # a suite of tasks: its envs say which task each episode was
+    for key in INSTRUCTED:  # training-time labels, not figures
+        first.pop(key, None)
     out = {f"eval/{k}": v.mean().item() for k, v in first.items()}
     out["eval/return_std"] = first["return"].std(unbiased=False).item()
     names = getattr(env, "task_names", None)

@@ -163,5 +163,9 @@ def test_episodes_report_the_entities_their_instruction_names(minilm):
         moved, onto = grounding_labels(position, torch.zeros(len(state), dtype=torch.long))
         assert [int(moved[0]), int(onto[0])] == [int(ep["outcome"][k]) for k in INSTRUCTED]
         checked += 1
+    from embodied.evaluate import evaluate
+
+    figures = evaluate(lambda obs: torch.zeros(obs.shape[0], 7), e, seed=2)  # labels, not figures: not averaged
+    assert "eval/success" in figures and not any(k.removeprefix("eval/") in INSTRUCTED for k in figures)
     e.close()
     assert checked >= 8
