@@ -63,8 +63,9 @@ class FilteredBCConfig:
     # the pointers' grounding cross-entropy on every rollout step, of failed episodes too, with this weight; its labels
     # are the entities the task says each episode was instructed about (the outcome's INSTRUCTED: training-time labels
     # the policy never observes), where ``ground`` reads them off what successful episodes moved. From one
-    # demonstration a task (mini-libero, seed 0) two thirds of the clone's failures point at the wrong cube, and
-    # self-imitation has no successes of the tasks at 0 to learn the choice from. 0: off
+    # demonstration a task (mini-libero, seed 0) two thirds of the clone's failures point at the wrong cube. Measured
+    # there at 300k steps, 260 starts: episodes whose pointer left the instructed cube 113 -> 1, success 37 -> 31 (no
+    # lift: reaching and grasping fail instead); from the 10-demo ensemble 86.2 -> 80.0% (stop 68). 0: off
     ground_rollouts: float = 0.0
     ground_capacity: int = 100_000  # rollout steps the grounding ring keeps (newest first)
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
