@@ -10,7 +10,45 @@ from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 
 
-class DemoLoss:
+class RowRing:
+    """The newest ``capacity`` rows of named columns (``ring[k]: [capacity, ...]``): ``added`` rows ever written (the
+    next one goes to ``added % capacity``), ``filled`` of them in use. Its state holds the rows in use."""
+
+    capacity: int
+    ring: dict[str, torch.Tensor]
+    filled: int
+    added: int
+
+    def _write(self, rows: dict[str, torch.Tensor]) -> None:
+        """Appends ``rows`` (columns of equal length); past ``capacity`` the oldest are overwritten."""
+        m = next(iter(rows.values())).shape[0]
+        if m > self.capacity:  # only the newest capacity rows could stay
+            rows, m = {k: v[-self.capacity:] for k, v in rows.items()}, self.capacity
+        if not self.ring:
+            self._allocate(rows)
+        at = (self.added + torch.arange(m, device=next(iter(rows.values())).device)) % self.capacity
+        for k, v in rows.items():
+            self.ring[k][at] = v
+        self.added += m
+        self.filled = min(self.capacity, self.filled + m)
+
+    def _allocate(self, like: dict[str, torch.Tensor]) -> None:
+        """The ring's columns, ``[capacity, ...]`` each, shaped and typed as the rows ``like``."""
+        self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                     for k, v in like.items()}
+
+    def state_dict(self) -> dict:
+        return {"ring": {k: v[:self.filled] for k, v in self.ring.items()}, "filled": self.filled, "added": self.added}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ring, self.filled, self.added = {}, int(state["filled"]), int(state["added"])
+        if self.filled:
+            self._allocate(state["ring"])
+            for k, v in state["ring"].items():
+                self.ring[k][:self.filled] = v
+
+
+class DemoLoss(RowRing):
     """Minibatches of a recorded dataset and the policy's cloning loss on them: its own ``bc_loss`` where it has one
     (the VLA's cross-entropy on bins), else the action MSE of its deterministic output.
 
@@ -121,15 +159,7 @@ class DemoLoss:
                 rows["ground"] = self._labels(state, numbered)
             if self.obs_noise > 0 and self.noise_scale is None:
                 self.noise_scale = state_noise_scale(state, self.layout, self.obs_noise)
-        if m > self.capacity:  # only the newest capacity steps could stay
-            rows, m = {k: v[-self.capacity:] for k, v in rows.items()}, self.capacity
-        if not self.ring:
-            self._allocate(rows)
-        at = (self.added + torch.arange(m, device=rows["target"].device)) % self.capacity
-        for k, v in rows.items():
-            self.ring[k][at] = v
-        self.added += m
-        self.filled = min(self.capacity, self.filled + m)
+        self._write(rows)
         self._cdf = None
 
     def ring_weights(self) -> torch.Tensor:
@@ -190,17 +220,8 @@ class DemoLoss:
 
     def state_dict(self) -> dict:
         """The added steps (the dataset is read again from its path)."""
-        return {"ring": {k: v[:self.filled] for k, v in self.ring.items()}, "filled": self.filled, "added": self.added}
+        return super().state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        self.ring, self.filled, self.added = {}, int(state["filled"]), int(state["added"])
+        super().load_state_dict(state)
         self._cdf = None
-        if self.filled:
-            self._allocate(state["ring"])
-            for k, v in state["ring"].items():
-                self.ring[k][:self.filled] = v
-
-    def _allocate(self, like: dict[str, torch.Tensor]) -> None:
-        """The ring's columns, ``[capacity, ...]`` each, shaped and typed as the rows ``like``."""
-        self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                     for k, v in like.items()}

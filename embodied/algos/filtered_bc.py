@@ -21,7 +21,7 @@ from torch import nn
 from embodied.algos.base import BuildContext
 from embodied.algos.bc import grounding_loss
 from embodied.algos.branch_starts import BranchStartsConfig
-from embodied.algos.cotrain import DemoLoss
+from embodied.algos.cotrain import DemoLoss, RowRing
 from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
 from embodied.core.base import INSTRUCTED, TASK_ID
@@ -201,30 +201,18 @@ class FilteredBC(SuccessRollouts):
         self.num_updates = int(state["num_updates"])
 
 
-class InstructedSteps:
+class InstructedSteps(RowRing):
     """A ring of the newest ``capacity`` rollout steps (packed observations) with their episodes' instructed entities
     ``[2]`` (``INSTRUCTED``), for the pointers' grounding loss; minibatches drawn uniformly."""
 
     def __init__(self, packer, capacity: int):
         self.packer, self.capacity = packer, capacity
         self.ring: dict[str, torch.Tensor] = {}
-        self.filled = 0  # rows in use
-        self.added = 0  # steps ever added (the next row written is added % capacity)
+        self.filled = self.added = 0
 
     @torch.no_grad()
     def extend(self, obs: dict[str, torch.Tensor], labels: torch.Tensor) -> None:
-        rows = {**obs, "labels": labels.long()}
-        m = labels.shape[0]
-        if m > self.capacity:  # only the newest capacity steps could stay
-            rows, m = {k: v[-self.capacity:] for k, v in rows.items()}, self.capacity
-        if not self.ring:
-            self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                         for k, v in rows.items()}
-        at = (self.added + torch.arange(m, device=labels.device)) % self.capacity
-        for k, v in rows.items():
-            self.ring[k][at] = v
-        self.added += m
-        self.filled = min(self.capacity, self.filled + m)
+        self._write({**obs, "labels": labels.long()})
 
     def sample(self, k: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``k`` rows: observations ``[k, obs_dim]`` and labels ``[k, 2]``."""
@@ -232,17 +220,6 @@ class InstructedSteps:
         rows = {key: v[j] for key, v in self.ring.items()}
         labels = rows.pop("labels")
         return self.packer.unpack_rows(rows, slice(None)), labels
-
-    def state_dict(self) -> dict:
-        return {"ring": {k: v[:self.filled] for k, v in self.ring.items()}, "filled": self.filled, "added": self.added}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.ring, self.filled, self.added = {}, int(state["filled"]), int(state["added"])
-        if self.filled:
-            self.ring = {k: torch.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                         for k, v in state["ring"].items()}
-            for k, v in state["ring"].items():
-                self.ring[k][:self.filled] = v
 
 
 ALGOS.register("filtered-bc", FilteredBC)
