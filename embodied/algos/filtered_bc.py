@@ -12,6 +12,7 @@ The pool keeps the newest ``capacity`` rollout steps (the demonstrations are alw
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -68,6 +69,12 @@ class FilteredBCConfig:
     # lift: reaching and grasping fail instead); from the 10-demo ensemble 86.2 -> 80.0% (stop 68). 0: off
     ground_rollouts: float = 0.0
     ground_capacity: int = 100_000  # rollout steps the grounding ring keeps (newest first)
+    # the run's policy (evaluation, checkpoints, load_policy, export) is a Polyak average of the trained weights, each
+    # member's moved this fraction toward it after every gradient step (horizon ~1 / average_tau steps); the rollouts
+    # act with the trained policy itself, so the training is the same with or without it. None: the trained policy.
+    # mini-libero, 10-demo ensembles of seeds 0 / 1, 0.001 (~5 rollouts' updates): 85.4 / 86.9% against the same runs'
+    # trained policies' 86.2 / 87.7% (130 starts), in-run evaluations smoother but lagging early (stop 69)
+    average_tau: float | None = None
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
@@ -93,6 +100,8 @@ class FilteredBC(SuccessRollouts):
             raise UserError(f"filtered-bc.balance is pool or task, got {cfg.balance!r}")
         if cfg.ground_rollouts < 0 or cfg.ground_capacity < 1:
             raise UserError("filtered-bc: ground_rollouts >= 0 and ground_capacity >= 1")
+        if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
+            raise UserError(f"filtered-bc.average_tau is a rate in (0, 1] (or null: none), got {cfg.average_tau}")
         return cls(cfg, ctx)
 
     def __init__(self, cfg: FilteredBCConfig, ctx: BuildContext):
@@ -102,6 +111,11 @@ class FilteredBC(SuccessRollouts):
         self.members = [self.pi, *(self.build_policy(ctx).to(self.device) for _ in range(cfg.members - 1))]
         self.ensemble = EnsembleActor(self.members) if cfg.members > 1 else None
         self.opts = [torch.optim.AdamW(m.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for m in self.members]
+        # average_tau: each member's averaged copy, and the policy the run ships (their ensemble, or the one copy)
+        self.averages = [copy.deepcopy(m).requires_grad_(False) for m in self.members] \
+            if cfg.average_tau is not None else []
+        self.average = (EnsembleActor(self.averages) if cfg.members > 1 else self.averages[0]) if self.averages \
+            else None
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task"}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
@@ -160,13 +174,15 @@ class FilteredBC(SuccessRollouts):
         if self.pool.size == 0 or self.cfg.grad_steps == 0:
             return log
         total = 0.0
-        for member, opt in zip(self.members, self.opts):
+        for i, (member, opt) in enumerate(zip(self.members, self.opts)):
             for _ in range(self.cfg.grad_steps):
                 loss = self._loss(member)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 nn.utils.clip_grad_norm_(member.parameters(), self.cfg.max_grad_norm)
                 opt.step()
+                if self.averages:
+                    follow(self.averages[i], member, self.cfg.average_tau)
                 total += float(loss.detach())
         self.num_updates += 1
         return {**log, "filtered-bc/loss": total / (self.cfg.grad_steps * len(self.members))}
@@ -181,12 +197,22 @@ class FilteredBC(SuccessRollouts):
                                           torch.stack([d.stddev for d in dists]).mean(0))
 
     def actor(self) -> nn.Module:
+        if self.average is not None:
+            for average, member in zip(self.averages, self.members):  # the inputs scaled as the trained policy's
+                for a, b in zip(average.buffers(), member.buffers(), strict=True):
+                    a.copy_(b)
+            return self.average
         return self.pi if self.ensemble is None else self.ensemble
+
+    def actor_loaded(self) -> None:
+        for average, member in zip(self.averages, self.members):  # init= went into the averages: train from them
+            member.load_state_dict(average.state_dict())
 
     def state_dict(self) -> dict:
         members = {"members": [m.state_dict() for m in self.members[1:]]} if self.ensemble is not None else {}
         told = {"told": self.told.state_dict()} if self.told is not None else {}
-        return {**self.rollout_state(), **members, **told, "opts": [o.state_dict() for o in self.opts],
+        averages = {"averages": [a.state_dict() for a in self.averages]} if self.averages else {}
+        return {**self.rollout_state(), **members, **told, **averages, "opts": [o.state_dict() for o in self.opts],
                 "pool": self.pool.state_dict(), "num_updates": self.num_updates}
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -198,7 +224,15 @@ class FilteredBC(SuccessRollouts):
         self.pool.load_state_dict(state["pool"])
         if self.told is not None and "told" in state:
             self.told.load_state_dict(state["told"])
+        for a, s in zip(self.averages, state.get("averages", [])):
+            a.load_state_dict(s)
         self.num_updates = int(state["num_updates"])
+
+
+@torch.no_grad()
+def follow(average: nn.Module, source: nn.Module, rate: float) -> None:
+    """Polyak step: every parameter of ``average`` moves ``rate`` of the way to ``source``'s."""
+    torch._foreach_lerp_(list(average.parameters()), list(source.parameters()), rate)
 
 
 class InstructedSteps(RowRing):

@@ -295,3 +295,45 @@ def test_rollout_steps_are_grounded_with_their_instructed_entities(minilm):
         _fbc(ground_rollouts=1.0)
     with pytest.raises(UserError, match="reports none"):
         rollout(FilteredBC(FilteredBCConfig(ground_rollouts=0.5, grad_steps=0), ctx), outcome_keys=())
+
+
+def test_the_run_ships_a_polyak_average_of_each_member(tmp_path):
+    """``filtered-bc.average_tau``: after every gradient step each member's averaged copy moves that fraction toward
+    it (exact over a step), the run's policy is the averages' ensemble while the rollouts sample around the trained
+    members, ``init=`` weights reach the members through the averages, the averages round-trip through the state;
+    a rate outside (0, 1] is one clear line."""
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.core.errors import UserError
+    from embodied.policies import EnsembleActor
+
+    algo = _fbc(members=2, grad_steps=1, average_tau=0.25)
+    a, b = algo.members
+    with torch.no_grad():
+        for m, shift in ((a, 0.3), (b, -0.2)):
+            for p in m.parameters():
+                p.add_(shift * torch.randn_like(p))
+    algo.actor_loaded()  # as after init=: the members start from the averages (here the untouched copies)
+    assert all(torch.equal(p, q) for m, c in zip(algo.members, algo.averages)
+               for p, q in zip(m.parameters(), c.parameters()))
+    with torch.no_grad():  # the averages apart from the members: a trained policy and its average differ
+        for c in algo.averages:
+            for p in c.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+    start = [[p.clone() for p in m.parameters()] for m in algo.averages]
+    _rollout(algo, ends=[1, 3, 2, 0], outcomes=[1, 0, 1, 1])
+    for c, m, old in zip(algo.averages, algo.members, start):
+        for p, w, o in zip(c.parameters(), m.parameters(), old):
+            assert torch.allclose(p, o + 0.25 * (w - o), atol=1e-7)
+    policy = algo.actor()
+    assert isinstance(policy, EnsembleActor) and list(policy.members) == algo.averages
+    obs = torch.randn(6, 4)
+    with torch.no_grad():
+        assert torch.allclose(algo.dist(obs).mean, (a.dist(obs).mean + b.dist(obs).mean) / 2)  # the trained ones
+        assert not torch.allclose(policy.act(obs), (a.act(obs) + b.act(obs)) / 2)
+    twin = FilteredBC(FilteredBCConfig(members=2, grad_steps=1, average_tau=0.25), _ctx())
+    twin.load_state_dict(algo.state_dict())
+    assert all(torch.equal(p, q) for x, y in zip(algo.averages, twin.averages)
+               for p, q in zip(x.parameters(), y.parameters()))
+    for bad in (0.0, 1.5):
+        with pytest.raises(UserError, match="average_tau"):
+            FilteredBC.build(FilteredBCConfig(average_tau=bad), _ctx())
