@@ -199,9 +199,10 @@ class FilteredBC(SuccessRollouts):
 
     def actor(self) -> nn.Module:
         if self.average is not None:
-            for average, member in zip(self.averages, self.members):  # the inputs scaled as the trained policy's
-                for a, b in zip(average.buffers(), member.buffers(), strict=True):
-                    a.copy_(b)
+            with torch.no_grad():  # the inputs scaled as the trained policy's (a normalizer's statistics)
+                for average, member in zip(self.averages, self.members):
+                    for a, b in zip(average.buffers(), member.buffers(), strict=True):
+                        a.copy_(b)
             return self.average
         return self.pi if self.ensemble is None else self.ensemble
 
