@@ -25,6 +25,7 @@ from embodied.algos.branch_starts import BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss, RowRing
 from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
+from embodied.algos.off_policy import sync_inputs
 from embodied.core.base import INSTRUCTED, TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
@@ -199,10 +200,8 @@ class FilteredBC(SuccessRollouts):
 
     def actor(self) -> nn.Module:
         if self.average is not None:
-            with torch.no_grad():  # the inputs scaled as the trained policy's (a normalizer's statistics)
-                for average, member in zip(self.averages, self.members):
-                    for a, b in zip(average.buffers(), member.buffers(), strict=True):
-                        a.copy_(b)
+            for average, member in zip(self.averages, self.members):  # the inputs scaled as the trained policy's
+                sync_inputs(average, member)
             return self.average
         return self.pi if self.ensemble is None else self.ensemble
 

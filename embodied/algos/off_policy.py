@@ -189,13 +189,8 @@ class OffPolicyAlgorithm(Algorithm):
             rate = self.cfg.tau if self.cfg.average_tau is None else self.cfg.average_tau
             self._polyak(list(self.pi_average.parameters()), self._pi_params, rate)
 
-    @torch.no_grad()
     def _sync_inputs(self, average: nn.Module) -> None:
-        """An averaged copy's weights trail the actor's; its input scaling (the normalizer's statistics, buffers
-        that Polyak averaging does not touch) is the actor's own. Only the state's buffers: the non-persistent
-        ones are built from the architecture (index tables) and are the same in both."""
-        for t, src in zip(_state_buffers(average), _state_buffers(self.pi), strict=True):
-            t.copy_(src)
+        sync_inputs(average, self.pi)
 
     def _actor_step(self) -> bool:
         """Whether this critic step also updates the actor: every ``actor_every``-th one, after the burn-in."""
@@ -347,6 +342,15 @@ class OffPolicyAlgorithm(Algorithm):
         else:  # a checkpoint from before n-step rows stored `done`; the column now holds gamma (1 - done)
             col = self.buffer.storage[: self.buffer.size, self.buffer.slices["discount"]]
             col.copy_(self.cfg.gamma * (1.0 - col))
+
+
+@torch.no_grad()
+def sync_inputs(average: nn.Module, source: nn.Module) -> None:
+    """An averaged copy's weights trail ``source``'s; its input scaling (the normalizer's statistics, buffers that
+    Polyak averaging does not touch) is ``source``'s own. Only the state's buffers: the non-persistent ones are built
+    from the architecture (index tables) and are the same in both."""
+    for t, src in zip(_state_buffers(average), _state_buffers(source), strict=True):
+        t.copy_(src)
 
 
 def _state_buffers(module: nn.Module) -> list[torch.Tensor]:
