@@ -97,11 +97,17 @@ def build(cfg: RunConfig, run_dir: Path):
 def warm_start(actor: torch.nn.Module, source: str) -> None:
     """Load every weight of ``actor`` (and its normalizer's statistics) from the policy of the run ``source``'s
     latest checkpoint (``init=RUN``): a fine-tuning run starts from a cloned policy. The two policies must be built
-    alike (same spec name and sizes). The policy's observation normalizer is frozen from there on."""
+    alike (same spec name and sizes); a policy that samples is the policy it samples on either side. The policy's
+    observation normalizer is frozen from there on."""
     from embodied.policies import policy_spec
+    from embodied.policies.sampled import unwrapped
 
     ckpt = load_checkpoint(Path(source))
     spec, state = ckpt["policy"]["spec"], ckpt["policy"]["state"]
+    if spec["name"] == "sampled":  # a policy that samples (filtered-bc.sampled_policy): the weights of what it samples
+        spec = spec["kwargs"]["actor"]
+        state = {k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")}
+    actor = unwrapped(actor)
     mine = policy_spec(actor)
     if spec["name"] != mine["name"]:
         raise UserError(f"init={source}: its policy is a {spec['name']}, this run's a {mine['name']} (give the same "

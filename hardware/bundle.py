@@ -1,5 +1,6 @@
 """The deploy bundle: ``policy.onnx`` (the deterministic action path, normalization inside, equivariant
-layers as their folded matmuls), ``bundle.json`` (layout, task, config hash, commits, file hashes,
+layers as their folded matmuls; a policy that samples takes its standard-normal noise as an input, drawn by the
+runner), ``bundle.json`` (layout, task, config hash, commits, file hashes,
 parity), ``observations.npy`` (the recorded observations parity was checked on), and with the C format
 ``policy.c`` / ``policy.h`` / ``firmware.c``.
 
@@ -246,6 +247,7 @@ def _write_instruction_bundle(actor, layout: Layout, obs: np.ndarray, out: Path,
     observation without it (``obs``) and the instruction's embedding (``instruction``); ``instructions.npy`` holds
     the embeddings of the instructions the task knows (their strings in ``bundle.json``), so the deploy side needs
     no text encoder for them. ONNX only."""
+    from embodied.policies.sampled import SampledActor
     from embodied.vla.export import export_onnx, split_instruction
     from embodied.vla.text import encode
 
@@ -254,9 +256,15 @@ def _write_instruction_bundle(actor, layout: Layout, obs: np.ndarray, out: Path,
                         "the serial firmware carry state vectors")
     np.save(out / "observations.npy", obs)
     export_onnx(actor, text, obs.shape[1], out / "policy.onnx")
-    ref = actor(torch.from_numpy(obs)).numpy()
     o, t = split_instruction(obs, text)
-    onnx_out = _session(out / "policy.onnx").run(None, {"obs": o, "instruction": t})[0]
+    feeds, noise = {"obs": o, "instruction": t}, None
+    if isinstance(actor, SampledActor):  # a policy that samples: parity on one fixed draw of its noise
+        feeds["noise"] = np.random.default_rng(0).standard_normal((obs.shape[0], actor.act_dim)).astype(np.float32)
+        ref = actor(torch.from_numpy(obs), torch.from_numpy(feeds["noise"])).numpy()
+        noise = {"input": "noise", "temperature": actor.temperature, "seed": actor.seed}
+    else:
+        ref = actor(torch.from_numpy(obs)).numpy()
+    onnx_out = _session(out / "policy.onnx").run(None, feeds)[0]
     parity = {"observations": int(obs.shape[0]), "tolerance": PARITY_TOL,
               "torch_vs_onnxruntime": float(np.abs(onnx_out - ref).max())}
     parity["passed"] = parity["torch_vs_onnxruntime"] <= PARITY_TOL
@@ -268,9 +276,10 @@ def _write_instruction_bundle(actor, layout: Layout, obs: np.ndarray, out: Path,
         parity["passed"] = parity["exact_fraction"] >= 0.99 and parity["max_bins_apart"] <= 1.001
     instructions = list(layout.extras.get("instructions", []))
     np.save(out / "instructions.npy", encode(instructions) if instructions else np.zeros((0, text[1]), np.float32))
-    policy = {"input": "obs", "inputs": ["obs", "instruction"], "output": "action",
+    policy = {"input": "obs", "inputs": list(feeds), "output": "action",
               "obs_dim": obs.shape[1] - int(text[1]), "instruction_dim": int(text[1]),
-              "act_dim": layout.action_size, "actor": type(actor).__name__, "instructions": instructions}
+              "act_dim": layout.action_size, "actor": type(actor).__name__, "instructions": instructions,
+              **({"noise": noise} if noise else {})}
     failure = (f"parity failed (tolerance {PARITY_TOL}; binned actions: 99% exact, one bin at most): "
                f"torch_vs_onnxruntime {parity['torch_vs_onnxruntime']:.2e}")
     return _finish(out, layout, task, source, policy, parity, {"skipped": "instruction-conditioned policy: ONNX only"},
@@ -398,6 +407,10 @@ class PolicyRunner:
         self.instructions = list(meta["policy"].get("instructions", []))
         self._instruction = np.zeros((1, self.instruction_dim), np.float32)
         self._has_instruction = False
+        # a policy that samples: its standard-normal noise, drawn here every step (reseeded by ``reset``)
+        self.noise = meta["policy"].get("noise")
+        self._noise = np.zeros((1, self.act_dim), np.float32) if self.noise else None
+        self._rng = np.random.default_rng(int(self.noise["seed"])) if self.noise else None
         if self.instruction_dim and backend != "onnx":
             raise UserError(f"bundle {meta['dir']} is instruction-conditioned: it runs on onnx only")
         self.state_dim = self.layout.robot_size("policy")
@@ -460,6 +473,8 @@ class PolicyRunner:
             self.session = _session(meta["dir"] / "policy.onnx")
             feeds = {"obs_base": self._input} if self.base else \
                 {"obs": self._obs, "instruction": self._instruction} if self.instruction_dim else {"obs": self._obs}
+            if self._noise is not None:
+                feeds["noise"] = self._noise
             self._run = _fast_run(self.session, outputs, feeds)
             if self.base:
                 self.base_session = _session(meta["dir"] / self.base["file"])
@@ -483,6 +498,8 @@ class PolicyRunner:
         self._valid = 0  # an ensembling one forgets the last episode's chunks
         if self.c is not None:
             self.c.reset()
+        if self._rng is not None:  # every episode draws the same noise, as an evaluation's does
+            self._rng = np.random.default_rng(int(self.noise["seed"]))
 
     def set_instruction(self, text: str, encoder=None) -> None:
         """The instruction the policy follows: one of the bundle's known instructions (``instructions``), or any
@@ -512,7 +529,10 @@ class PolicyRunner:
         if self.instruction_dim:
             inst = np.broadcast_to(self._instruction if instruction is None else instruction,
                                    (obs.shape[0], self.instruction_dim))
-            return self.session.run(None, {"obs": obs, "instruction": np.ascontiguousarray(inst, np.float32)})[0]
+            feeds = {"obs": obs, "instruction": np.ascontiguousarray(inst, np.float32)}
+            if self._rng is not None:
+                feeds["noise"] = self._rng.standard_normal((obs.shape[0], self.act_dim)).astype(np.float32)
+            return self.session.run(None, feeds)[0]
         return self.session.run(None, {"obs": obs})[0]
 
     def act(self, state: np.ndarray) -> np.ndarray:
@@ -536,6 +556,8 @@ class PolicyRunner:
                 avg *= d
                 avg += w * value
         self._average_first = False
+        if self._noise is not None:
+            self._noise[0] = self._rng.standard_normal(self.act_dim)
         if self.base:  # the base's action from its chunk queue, then the residual on [obs, b]
             self._input[0, self.obs_dim:] = self._queued(self._run_base)
             out = self._run()

@@ -17,9 +17,10 @@ from embodied.policies.export import ChunkedProgramPolicy, ProgramPolicy
 from embodied.policies.flow import FlowChunkActor
 from embodied.policies.normalizer import EmpiricalNormalizer
 from embodied.policies.residual import ResidualActor
+from embodied.policies.sampled import SampledActor
 from embodied.vla import model as _vla_model  # noqa: F401, I001  (registers the VLA policy, built on the above)
 
 __all__ = ["ChunkedActor", "DeterministicActor", "DeterministicPolicy", "EmpiricalNormalizer", "EnsembleActor",
            "GaussianActor", "ChunkedProgramPolicy", "FlowChunkActor", "ProgramPolicy", "ResidualActor",
-           "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec",
+           "SampledActor", "SquashedGaussianActor", "TwinQCritic", "ValueCritic", "build_policy", "policy_spec",
            "reset_policy", "update_normalizer"]

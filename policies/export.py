@@ -112,6 +112,9 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
     if isinstance(actor, ProgramPolicy):
         return list(actor.ops), int(actor.init_kwargs["obs_dim"])
+    if getattr(actor, "spec_name", None) == "sampled":
+        raise UserError("a policy that samples (filtered-bc.sampled_policy) exports from a language-conditioned "
+                        "(VLA) run only, whose ONNX takes its noise as an input; the op programs and the C have none")
     if isinstance(actor, EnsembleActor):
         return ensemble_program(actor)
     if isinstance(actor, ResidualActor):  # obs -> save -> base -> save -> [obs, b] -> residual -> b + residual

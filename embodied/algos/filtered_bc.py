@@ -30,6 +30,7 @@ from embodied.core.base import INSTRUCTED, TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 from embodied.policies import EnsembleActor
+from embodied.policies.sampled import SampledActor, tempered
 
 
 @dataclass
@@ -77,6 +78,10 @@ class FilteredBCConfig:
     # 0.001 (~5 rollouts' updates): 85.4 / 86.9% against the same runs' trained policies' 86.2 / 87.7% (130 starts),
     # in-run evaluations smoother but lagging early (stop 69)
     average_tau: float | None = None
+    # the run's policy (evaluation, checkpoints, load_policy, export) samples its actions as the rollouts do, at
+    # ``temperature`` (the members' mean of means and of scales), instead of taking their mean: the pool clones
+    # sampled actions, so the sampling policy is the one whose success the updates raise. Needs a Gaussian policy
+    sampled_policy: bool = False
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
 
@@ -104,6 +109,9 @@ class FilteredBC(SuccessRollouts):
             raise UserError("filtered-bc: ground_rollouts >= 0 and ground_capacity >= 1")
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
             raise UserError(f"filtered-bc.average_tau is a rate in (0, 1] (or null: none), got {cfg.average_tau}")
+        if cfg.sampled_policy and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
+            raise UserError("filtered-bc.sampled_policy samples a Gaussian policy: give the VLA a continuous head "
+                            "(policy.vla.head=continuous)")
         return cls(cfg, ctx)
 
     def __init__(self, cfg: FilteredBCConfig, ctx: BuildContext):
@@ -118,6 +126,8 @@ class FilteredBC(SuccessRollouts):
             if cfg.average_tau is not None else []
         self.average = (EnsembleActor(self.averages) if cfg.members > 1 else self.averages[0]) if self.averages \
             else None
+        shipped = self.average if self.average is not None else self.ensemble if self.ensemble is not None else self.pi
+        self.sampled = SampledActor(shipped, cfg.temperature, seed=ctx.seed) if cfg.sampled_policy else None
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task"}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
@@ -192,16 +202,15 @@ class FilteredBC(SuccessRollouts):
     def dist(self, obs: torch.Tensor):
         """One policy's tempered distribution; the members' as one Gaussian: the mean of their means (the action
         the ensemble's ``act`` takes) and of their scales."""
-        if self.ensemble is None:
-            return super().dist(obs)
-        dists = [self.tempered(m, obs) for m in self.members]
-        return torch.distributions.Normal(torch.stack([d.mean for d in dists]).mean(0),
-                                          torch.stack([d.stddev for d in dists]).mean(0))
+        return tempered(self.pi if self.ensemble is None else self.ensemble, obs, self.cfg.temperature)
 
     def actor(self) -> nn.Module:
         if self.average is not None:
             for average, member in zip(self.averages, self.members):  # the inputs scaled as the trained policy's
                 sync_inputs(average, member)
+        if self.sampled is not None:
+            return self.sampled
+        if self.average is not None:
             return self.average
         return self.pi if self.ensemble is None else self.ensemble
 

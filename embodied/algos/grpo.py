@@ -33,6 +33,7 @@ from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
 from embodied.policies import GaussianActor
 from embodied.policies.actor_critic import sample_action
+from embodied.policies.sampled import tempered
 
 EPS = 1e-6
 
@@ -176,13 +177,8 @@ class SuccessRollouts(Algorithm):
         return self.tempered(self.pi, obs)
 
     def tempered(self, policy: nn.Module, obs: torch.Tensor):
-        """``policy``'s distribution at ``cfg.temperature``: the VLA's own (bins or Gaussian), else a Gaussian actor's
-        scale times it."""
-        t = self.cfg.temperature
-        if hasattr(policy, "dist_from"):
-            return policy.dist(obs, t)
-        d = policy.dist(obs)
-        return torch.distributions.Normal(d.mean, d.stddev * t)
+        """``policy``'s distribution at ``cfg.temperature`` (``embodied.policies.sampled.tempered``)."""
+        return tempered(policy, obs, self.cfg.temperature)
 
     @torch.no_grad()
     def act(self, obs: Obs):

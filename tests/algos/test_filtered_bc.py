@@ -3,6 +3,8 @@ errors, and learning."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -337,3 +339,61 @@ def test_the_run_ships_a_polyak_average_of_each_member(tmp_path):
     for bad in (0.0, 1.5):
         with pytest.raises(UserError, match="average_tau"):
             FilteredBC.build(FilteredBCConfig(average_tau=bad), _ctx())
+
+
+def test_the_run_ships_the_policy_its_rollouts_sample(tmp_path):
+    """``filtered-bc.sampled_policy``: the run's policy samples the rollouts' own distribution (the members' mean of
+    means and of scales, at the temperature): exactly mean + stddev x its generator's standard normals, the same draws
+    again after ``reset(None)``, given noise exactly; it rebuilds from its spec; ``init=`` moves weights between it
+    and a policy that takes its mean, either way; a token head is one clear line."""
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.checkpoint import save_checkpoint
+    from embodied.config import PolicyConfig
+    from embodied.core.errors import UserError
+    from embodied.policies import SampledActor, build_policy, policy_spec
+    from embodied.train import warm_start
+
+    algo = _fbc(members=2, temperature=0.5, sampled_policy=True)
+    with torch.no_grad():
+        for m, shift in zip(algo.members, (0.3, -0.2)):
+            for p in m.parameters():
+                p.add_(shift * torch.randn_like(p))
+    policy = algo.actor()
+    assert isinstance(policy, SampledActor) and policy.actor is algo.ensemble
+    obs = torch.randn(6, 4)
+    with torch.no_grad():
+        d = algo.dist(obs)  # what the rollouts sample
+        policy.reset(None)
+        first, second = policy.act(obs), policy.act(obs)
+        g = torch.Generator().manual_seed(0)  # the run's seed
+        for got in (first, second):
+            assert torch.allclose(got, d.mean + d.stddev * torch.randn(d.mean.shape, generator=g))
+        policy.reset(None)
+        assert torch.equal(policy.act(obs), first)
+        noise = torch.randn(6, 2)
+        assert torch.allclose(policy(obs, noise), d.mean + d.stddev * noise)
+        rebuilt = build_policy(policy_spec(policy))
+        rebuilt.load_state_dict(policy.state_dict())
+        rebuilt.reset(None)
+        assert torch.equal(rebuilt.act(obs), first)
+    # init=: a sampled run's weights into a policy that takes its mean, and back
+    def ckpt(spec, state):
+        return {"format": 1, "config": {}, "step": 1, "algo": {}, "collector": {},
+                "policy": {"spec": spec, "state": state}}
+
+    save_checkpoint(tmp_path / "sampled", 1, ckpt(policy_spec(policy), policy.state_dict()))
+    plain = _fbc(members=2, temperature=0.5)
+    warm_start(plain.actor(), str(tmp_path / "sampled"))
+    assert all(torch.equal(p, q) for x, y in zip(plain.members, algo.members)
+               for p, q in zip(x.parameters(), y.parameters()))
+    save_checkpoint(tmp_path / "plain", 1, ckpt(policy_spec(algo.ensemble), algo.ensemble.state_dict()))
+    again = _fbc(members=2, temperature=0.5, sampled_policy=True)
+    warm_start(again.actor(), str(tmp_path / "plain"))
+    assert all(torch.equal(p, q) for x, y in zip(again.members, algo.members)
+               for p, q in zip(x.parameters(), y.parameters()))
+    ctx = dataclasses.replace(_ctx(), policy=PolicyConfig(arch="vla"))
+    ctx.policy.vla.head = "tokens"
+    with pytest.raises(UserError, match="continuous head"):
+        FilteredBC.build(FilteredBCConfig(sampled_policy=True), ctx)
+    with pytest.raises(ValueError, match="temperature"):
+        SampledActor(algo.pi, 0.0)

@@ -200,3 +200,44 @@ def test_filtered_bc_members_start_from_a_bc_ensemble_and_fine_tune_as_one(bc_ru
     with pytest.raises(UserError, match="continuous head"):  # the members' tokens have no mean to average
         train(load_config("point-reach-language", None, [*QUIET, "algo=filtered-bc", "policy.arch=vla",
                                                          "filtered-bc.members=2", "num_envs=16"]), tmp_path / "tokens")
+
+
+def test_filtered_bc_ships_the_policy_its_rollouts_sample_and_exports_it(bc_run, tmp_path):
+    """``filtered-bc.sampled_policy=true`` from a clone (init=): the run's policy (load_policy) samples around the
+    clone's mean at the rollouts' temperature; its bundle's ONNX takes the noise as an input (parity on one fixed
+    draw) and the runner draws it from the bundle's seed: the torch policy's actions on the same draws; init= from
+    that run gives a run that takes the mean the same weights."""
+    import numpy as np
+
+    from embodied import load_policy
+    from embodied.hardware.bundle import export_run, load_bundle
+    from embodied.policies import SampledActor
+    from embodied.train import build
+    from embodied.vla.build import instruction_term
+    from embodied.vla.export import split_instruction
+
+    data = load_checkpoint(bc_run[0])["config"]["data"]
+    head = ["policy.arch=vla", "policy.vla.head=continuous", f"data={data}", "num_envs=16"]
+    bc_dir, _ = train(load_config("point-reach-language", None, [*QUIET, *head, "algo=bc", "total_steps=30",
+                                                                 "bc.batch_size=64"]), tmp_path / "bc")
+    fbc = [*QUIET, *head, "algo=filtered-bc", "filtered-bc.grad_steps=2", "filtered-bc.batch_size=64",
+           "filtered-bc.temperature=0.5", "total_steps=400"]
+    run_dir, _ = train(load_config("point-reach-language", None, [*fbc, f"init={bc_dir}",
+                                                                  "filtered-bc.sampled_policy=true"]), tmp_path / "fbc")
+    policy = load_policy(run_dir)
+    assert isinstance(policy.actor, SampledActor) and policy.actor.temperature == 0.5
+    meta = export_run(run_dir, tmp_path / "bundle", fmt="onnx", count=32)
+    assert meta["parity"]["passed"] and meta["policy"]["noise"]["input"] == "noise"
+    runner = load_bundle(tmp_path / "bundle")
+    obs = np.load(tmp_path / "bundle" / "observations.npy")[:8]
+    runner.reset()
+    got = runner.forward(*split_instruction(obs, instruction_term(runner.layout)))
+    noise = np.random.default_rng(meta["policy"]["noise"]["seed"]).standard_normal((8, 2)).astype(np.float32)
+    with torch.no_grad():
+        mean = policy.actor.dist(torch.from_numpy(obs)).mean.numpy()
+        assert np.allclose(got, policy.actor(torch.from_numpy(obs), torch.from_numpy(noise)).numpy(), atol=1e-5)
+    assert not np.allclose(got, mean, atol=1e-3)
+    (tmp_path / "probe").mkdir()
+    probe = build(load_config("point-reach-language", None, [*fbc, f"init={run_dir}"]), tmp_path / "probe")
+    probe.collector.close()
+    assert all(torch.equal(p, q) for p, q in zip(probe.algo.pi.parameters(), policy.actor.actor.parameters()))
