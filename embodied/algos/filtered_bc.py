@@ -80,7 +80,9 @@ class FilteredBCConfig:
     average_tau: float | None = None
     # the run's policy (evaluation, checkpoints, load_policy, export) samples its actions as the rollouts do, at
     # ``temperature`` (the members' mean of means and of scales), instead of taking their mean: the pool clones
-    # sampled actions, so the sampling policy is the one whose success the updates raise. Needs a Gaussian policy
+    # sampled actions, so the sampling policy is the one whose success the updates raise. Needs a Gaussian policy.
+    # mini-libero (its config sets it), five-clone ensembles of seeds 0-4, 300k steps, the same runs on 130 starts:
+    # mean 85.5 -> 88.0%, the lowest seed 79.2 -> 90.8%, the highest 90.0 -> 83.1% (stop 70)
     sampled_policy: bool = False
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
