@@ -100,13 +100,11 @@ def warm_start(actor: torch.nn.Module, source: str) -> None:
     alike (same spec name and sizes); a policy that samples is the policy it samples on either side. The policy's
     observation normalizer is frozen from there on."""
     from embodied.policies import policy_spec
-    from embodied.policies.sampled import unwrapped
+    from embodied.policies.sampled import unwrapped, unwrapped_checkpoint
 
     ckpt = load_checkpoint(Path(source))
-    spec, state = ckpt["policy"]["spec"], ckpt["policy"]["state"]
-    if spec["name"] == "sampled":  # a policy that samples (filtered-bc.sampled_policy): the weights of what it samples
-        spec = spec["kwargs"]["actor"]
-        state = {k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")}
+    # a policy that samples (filtered-bc.sampled_policy), on either side: the weights of the policy it samples
+    spec, state = unwrapped_checkpoint(ckpt["policy"]["spec"], ckpt["policy"]["state"])
     actor = unwrapped(actor)
     mine = policy_spec(actor)
     if spec["name"] != mine["name"]:

@@ -45,6 +45,7 @@ from embodied.policies.flow import FlowChunkActor, time_embedding
 from embodied.policies.networks import GroupMLP
 from embodied.policies.normalizer import EmpiricalNormalizer
 from embodied.policies.residual import ResidualActor
+from embodied.policies.sampled import SampledActor
 
 ACTIVATION_OPS = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.ELU: "elu"}
 
@@ -112,7 +113,7 @@ def program(actor: nn.Module) -> tuple[list[Op], int]:
     """The actor's deterministic ``act`` path as ops, and its input size."""
     if isinstance(actor, ProgramPolicy):
         return list(actor.ops), int(actor.init_kwargs["obs_dim"])
-    if getattr(actor, "spec_name", None) == "sampled":
+    if isinstance(actor, SampledActor):
         raise UserError("a policy that samples (filtered-bc.sampled_policy) exports from a language-conditioned "
                         "(VLA) run only, whose ONNX takes its noise as an input; the op programs and the C have none")
     if isinstance(actor, EnsembleActor):

@@ -79,4 +79,11 @@ def unwrapped(actor: nn.Module) -> nn.Module:
     return actor.actor if isinstance(actor, SampledActor) else actor
 
 
+def unwrapped_checkpoint(spec: dict, state: dict) -> tuple[dict, dict]:
+    """A saved policy's ``policy_spec`` and ``state_dict``; a ``SampledActor``'s as those of the policy it samples."""
+    if spec["name"] != SampledActor.spec_name:
+        return spec, state
+    return spec["kwargs"]["actor"], {k[len("actor."):]: v for k, v in state.items() if k.startswith("actor.")}
+
+
 POLICIES.register("sampled", SampledActor)

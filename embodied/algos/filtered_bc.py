@@ -128,8 +128,11 @@ class FilteredBC(SuccessRollouts):
             if cfg.average_tau is not None else []
         self.average = (EnsembleActor(self.averages) if cfg.members > 1 else self.averages[0]) if self.averages \
             else None
-        shipped = self.average if self.average is not None else self.ensemble if self.ensemble is not None else self.pi
-        self.sampled = SampledActor(shipped, cfg.temperature, seed=ctx.seed) if cfg.sampled_policy else None
+        # the run's policy: the averages, or the members' ensemble, or the one policy; sampled_policy: sampled
+        self.shipped = self.average if self.average is not None else self.ensemble if self.ensemble is not None \
+            else self.pi
+        if cfg.sampled_policy:
+            self.shipped = SampledActor(self.shipped, cfg.temperature, seed=ctx.seed)
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task"}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
@@ -210,11 +213,7 @@ class FilteredBC(SuccessRollouts):
         if self.average is not None:
             for average, member in zip(self.averages, self.members):  # the inputs scaled as the trained policy's
                 sync_inputs(average, member)
-        if self.sampled is not None:
-            return self.sampled
-        if self.average is not None:
-            return self.average
-        return self.pi if self.ensemble is None else self.ensemble
+        return self.shipped
 
     def actor_loaded(self) -> None:
         for average, member in zip(self.averages, self.members):  # init= went into the averages: train from them

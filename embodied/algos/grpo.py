@@ -174,11 +174,7 @@ class SuccessRollouts(Algorithm):
 
     def dist(self, obs: torch.Tensor):
         """The tempered policy the rollouts sample from (and GRPO's ratio is taken under)."""
-        return self.tempered(self.pi, obs)
-
-    def tempered(self, policy: nn.Module, obs: torch.Tensor):
-        """``policy``'s distribution at ``cfg.temperature`` (``embodied.policies.sampled.tempered``)."""
-        return tempered(policy, obs, self.cfg.temperature)
+        return tempered(self.pi, obs, self.cfg.temperature)
 
     @torch.no_grad()
     def act(self, obs: Obs):
