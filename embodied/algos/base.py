@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -38,6 +38,7 @@ class BuildContext:
     data: str = ""  # the run's dataset (``data=PATH``): what an offline algorithm learns from
     base: str = ""  # the run's frozen base policy (``base=RUN_DIR`` or a bundle): what a residual learner corrects
     success_metric: str | None = None  # the task's ``final_info`` key saying an episode succeeded (TaskSpec)
+    num_tasks: int = 0  # a suite's size (``VecEnv.num_tasks``): episodic rollouts can tell each env its task
     learned_model: bool = False  # the run learns a model of its task and hands it over (``Algorithm.attach_model``)
 
     def image(self, group: str) -> list | None:
@@ -49,6 +50,16 @@ class BuildContext:
             raise UserError(f"observation group {group!r} has {len(images)} image terms; policies encode one "
                             "(stack cameras as channels of one term)")
         return [images[0][0].start, *images[0][1]] if images else None
+
+
+class Starts(NamedTuple):
+    """The starts of an episodic rollout: the envs reset from per-env seeds ``[N]`` (envs sharing a seed share their
+    start exactly), in a suite each told its task ``tasks [N]`` where given (``VecEnv.reset_envs``); then envs
+    ``restore = (env_ids, rows)`` put into recorded states (``VecEnv.restore_envs``) where given."""
+
+    seeds: torch.Tensor
+    restore: tuple[torch.Tensor, torch.Tensor] | None = None
+    tasks: torch.Tensor | None = None
 
 
 @dataclass
@@ -107,10 +118,9 @@ class Algorithm(abc.ABC):
     # starts the next from ``rollout_starts()``
     episodic: ClassVar[bool] = False
 
-    def rollout_starts(self) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None:
-        """Per-env seeds ``[N]`` to reset the envs from before the next rollout (envs sharing a seed share their
-        start exactly), or None to go on from where the envs are; or ``(seeds, (env_ids, rows))``: after the seeded
-        reset, those envs start from the recorded states ``rows`` (``VecEnv.restore_envs``)."""
+    def rollout_starts(self) -> Starts | None:
+        """Where the next rollout starts (``Starts``: per-env seeds, optionally each env's task and recorded states
+        for some envs), or None to go on from where the envs are."""
         return None
 
     @abc.abstractmethod

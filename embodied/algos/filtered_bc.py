@@ -26,6 +26,7 @@ from embodied.algos.cotrain import DemoLoss, RowRing
 from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
 from embodied.algos.off_policy import sync_inputs
+from embodied.algos.task_sampling import TaskSamplingConfig
 from embodied.core.base import INSTRUCTED, TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
@@ -86,6 +87,8 @@ class FilteredBCConfig:
     sampled_policy: bool = False
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
+    # a suite's rollout tasks drawn by their failure rates (by=failures), so the tasks it fails get more rollouts
+    task_sampling: TaskSamplingConfig = field(default_factory=TaskSamplingConfig)
 
 
 class FilteredBC(SuccessRollouts):

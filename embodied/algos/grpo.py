@@ -23,10 +23,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition
+from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Starts, Transition
 from embodied.algos.branch_starts import BranchStarts, BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss
 from embodied.algos.demo_starts import DemoStarts, DemoStartsConfig
+from embodied.algos.task_sampling import TaskSampler, TaskSamplingConfig
 from embodied.core.base import INSTRUCTED, TASK_ID
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
@@ -54,6 +55,7 @@ class GRPOConfig:
     bc_batch_size: int = 256
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
+    task_sampling: TaskSamplingConfig = field(default_factory=TaskSamplingConfig)  # a suite's tasks by failures
 
 
 def group_advantages(success: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,6 +101,8 @@ class SuccessRollouts(Algorithm):
         self.from_demo = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.branch_starts = BranchStarts(cfg.branch_starts, ctx.seed) if cfg.branch_starts.fraction > 0 else None
         self.from_branch = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self.task_sampler = TaskSampler(cfg.task_sampling, ctx.num_tasks, ctx.seed, self.name) \
+            if cfg.task_sampling.by != "uniform" else None
         self._new_rollout()
 
     @staticmethod
@@ -141,11 +145,13 @@ class SuccessRollouts(Algorithm):
         self.branch_starts.record(rows)
 
     def rollout_starts(self):
-        """Per-env seeds, groups of ``group_size`` sharing one; then the last groups from recorded states: first
-        those from the last rollout's states (``branch_starts``), then those from the demonstrations'."""
+        """Per-env seeds, groups of ``group_size`` sharing one (and their task, with ``task_sampling``); then the
+        last groups from recorded states: first those from the last rollout's states (``branch_starts``), then those
+        from the demonstrations'."""
         g = self.cfg.group_size
         groups = self.num_envs // g
         seeds = torch.randint(0, 2**31 - 1, (groups,), generator=self.seed_generator).repeat_interleave(g)
+        tasks = self.task_sampler.sample(groups).repeat_interleave(g) if self.task_sampler is not None else None
         self._new_rollout()
         kd = round(self.cfg.demo_starts.fraction * groups) if self.demo_starts is not None else 0
         kb = 0
@@ -154,13 +160,13 @@ class SuccessRollouts(Algorithm):
         self.from_demo.zero_()
         self.from_branch.zero_()
         if kd + kb == 0:
-            return seeds
+            return Starts(seeds, tasks=tasks)
         ids = torch.arange((groups - kd - kb) * g, self.num_envs)  # the last groups, each sharing one recorded state
         self.from_branch[ids[:kb * g].to(self.device)] = True
         self.from_demo[ids[kb * g:].to(self.device)] = True
         rows = [self.branch_starts.sample(kb)] if kb else []
         rows += [self.demo_starts.sample(kd)] if kd else []
-        return seeds, (ids, torch.cat(rows).repeat_interleave(g, 0))
+        return Starts(seeds, (ids, torch.cat(rows).repeat_interleave(g, 0)), tasks)
 
     def _new_rollout(self) -> None:
         self.steps: list[dict[str, torch.Tensor]] = []  # per step: packed obs, action, log_prob, valid
@@ -216,6 +222,8 @@ class SuccessRollouts(Algorithm):
                f"{self.name}/episode_steps": float(valid.sum())}
         if self.demo_starts is not None:
             log.update(self.demo_starts.update(self.success[self.ended & self.from_demo]))
+        if self.task_sampler is not None and fresh.any():
+            log.update(self.task_sampler.update(self.task_of[fresh], self.success[fresh]))
         if self.branch_starts is not None:
             branched = self.ended & self.from_branch
             if branched.any():
@@ -232,7 +240,8 @@ class SuccessRollouts(Algorithm):
         return {"pi": self.pi.state_dict(), "generator": self.generator.get_state(),
                 "seed_generator": self.seed_generator.get_state(),
                 **({"demo_starts": self.demo_starts.state_dict()} if self.demo_starts is not None else {}),
-                **({"branch_starts": self.branch_starts.state_dict()} if self.branch_starts is not None else {})}
+                **({"branch_starts": self.branch_starts.state_dict()} if self.branch_starts is not None else {}),
+                **({"task_sampler": self.task_sampler.state_dict()} if self.task_sampler is not None else {})}
 
     def load_rollout_state(self, state: Mapping) -> None:
         self.pi.load_state_dict(state["pi"])
@@ -242,6 +251,8 @@ class SuccessRollouts(Algorithm):
             self.demo_starts.load_state_dict(state["demo_starts"])
         if self.branch_starts is not None and "branch_starts" in state:
             self.branch_starts.load_state_dict(state["branch_starts"])
+        if self.task_sampler is not None and "task_sampler" in state:
+            self.task_sampler.load_state_dict(state["task_sampler"])
 
 
 class GRPO(SuccessRollouts):

@@ -57,6 +57,9 @@ class VecEnv(abc.ABC):
     single_action_space: gym.spaces.Box  # per env
     max_episode_steps: int
     control_dt: float  # [s] simulated time per control step; every task declares it (video playback rate)
+    # a suite of tasks (each env draws one at every reset, and its episodes report it as the outcome's ``TASK_ID``):
+    # how many; ``reset_envs(seeds, tasks)`` can then be told each env's task. 0: one task
+    num_tasks: int = 0
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> tuple[Obs, dict]:
@@ -161,6 +164,7 @@ class ManagedVecEnv(VecEnv):
         self.generator.manual_seed(int(seed))
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         self.num_nan_resets = 0  # numerical faults caught and recovered from, since construction
+        self.reset_task: int | None = None  # a suite's task for the env ``reset_envs`` resets now (None: drawn)
         self._all_ids = torch.arange(self.num_envs, device=self.device)
 
     # ---- task hooks -------------------------------------------------------------------------
@@ -192,17 +196,27 @@ class ManagedVecEnv(VecEnv):
         self._reset_idx(self._all_ids)
         return self._observe(), {}
 
-    def reset_envs(self, seeds: torch.Tensor) -> Obs:
+    def reset_envs(self, seeds: torch.Tensor, tasks: torch.Tensor | None = None) -> Obs:
         """Reset every env, env ``i`` from its own seed ``seeds[i]``: its initial state is a function of that seed
         alone, so envs given the same seed start in exactly the same state (a GRPO group). The env's generator
-        is left as it was."""
+        is left as it was. A suite (``num_tasks`` > 0) can be given each env's task, ``tasks[i]`` in
+        ``[0, num_tasks)``: the start is then that of the seed with the task it names (``_reset_idx`` reads
+        ``reset_task``, the rest of the draw is the seed's)."""
         seeds = torch.as_tensor(seeds).reshape(-1)
         if seeds.numel() != self.num_envs:
             raise ValueError(f"reset_envs takes {self.num_envs} seeds, got {seeds.numel()}")
+        if tasks is not None:
+            tasks = torch.as_tensor(tasks).reshape(-1)
+            if not self.num_tasks:
+                raise UserError(f"task {type(self).__name__} is not a suite of tasks: its envs cannot be told theirs")
+            if tasks.numel() != self.num_envs or not bool(((tasks >= 0) & (tasks < self.num_tasks)).all()):
+                raise ValueError(f"reset_envs takes {self.num_envs} tasks in [0, {self.num_tasks}), got {tasks}")
         kept = self.generator.get_state()
         for i, s in enumerate(seeds.tolist()):
             self.generator.manual_seed(int(s))
+            self.reset_task = None if tasks is None else int(tasks[i])
             self._reset_idx(self._all_ids[i:i + 1])
+        self.reset_task = None
         self.generator.set_state(kept)
         self.episode_length.zero_()
         return self._observe()

@@ -21,10 +21,8 @@ class OnPolicyRunner(Runner):
         """One rollout: ``rollout_length`` steps of every env, or for an episodic algorithm, from the starts it
         asks for until every env has finished an episode."""
         starts = self.algo.rollout_starts()
-        if isinstance(starts, tuple):  # seeds, then recorded states for some envs
-            self.collector.reset_seeded(*starts)
-        elif starts is not None:
-            self.collector.reset_seeded(starts)
+        if starts is not None:
+            self.collector.reset_seeded(starts.seeds, starts.restore, starts.tasks)
         ended = None
         record = getattr(self.algo, "records_env_states", False)  # it may start later rollouts from these states
         for _ in range(self.algo.rollout_length):

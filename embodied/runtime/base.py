@@ -89,9 +89,11 @@ class Collector(abc.ABC):
     def reset(self, seed: int | None) -> None:
         """Reset every env (``seed`` re-seeds them)."""
 
-    def reset_seeded(self, seeds: torch.Tensor, restore: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
-        """Reset every env from its own seed (``VecEnv.reset_envs``): what episodic learners start rollouts with;
-        ``restore = (env_ids, rows)`` then puts those envs into recorded states (``VecEnv.restore_envs``)."""
+    def reset_seeded(self, seeds: torch.Tensor, restore: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     tasks: torch.Tensor | None = None) -> None:
+        """Reset every env from its own seed (``VecEnv.reset_envs``; a suite's envs each told its task where
+        ``tasks`` is given): what episodic learners start rollouts with; ``restore = (env_ids, rows)`` then puts
+        those envs into recorded states (``VecEnv.restore_envs``)."""
         from embodied.core.errors import UserError
 
         raise UserError(f"the {type(self).__name__} engine cannot reset its envs from per-env seeds "
@@ -118,6 +120,11 @@ class Collector(abc.ABC):
     def layout(self):
         """The task's observation/action layout (``core/layout.py``), or None where the engine has none."""
         return None
+
+    def num_tasks(self) -> int:
+        """How many tasks the envs draw from (``VecEnv.num_tasks``): 0 for one task, or where the engine cannot tell
+        its envs theirs."""
+        return 0
 
     @abc.abstractmethod
     def state_dict(self) -> dict: ...

@@ -32,10 +32,11 @@ class SyncCollector(Collector):
         self._obs, _ = self.env.reset(seed=seed)
         self.stats.reset()
 
-    def reset_seeded(self, seeds: torch.Tensor, restore: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    def reset_seeded(self, seeds: torch.Tensor, restore: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     tasks: torch.Tensor | None = None) -> None:
         if not hasattr(self.env, "reset_envs"):
             super().reset_seeded(seeds)
-        self._obs = self.env.reset_envs(torch.as_tensor(seeds))
+        self._obs = self.env.reset_envs(torch.as_tensor(seeds), None if tasks is None else torch.as_tensor(tasks))
         if restore is not None:
             self._obs = self.env.restore_envs(*restore)
         self.stats.reset()
@@ -68,6 +69,9 @@ class SyncCollector(Collector):
 
     def layout(self):
         return self.env.layout()
+
+    def num_tasks(self) -> int:
+        return getattr(self.env, "num_tasks", 0)
 
     def state_dict(self) -> dict:
         return {"obs": {k: v.clone() for k, v in self._obs.items()}, **self.stats.state_dict(),

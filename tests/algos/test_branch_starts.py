@@ -38,7 +38,7 @@ def _rollout(algo, collector):
     """One episodic rollout as the on-policy runner plays it: its starts, the update's log, and each step's recorded
     env states ``[N, S]`` with the observations ``[N, D]`` acted on there."""
     starts = algo.rollout_starts()
-    collector.reset_seeded(*starts) if isinstance(starts, tuple) else collector.reset_seeded(starts)
+    collector.reset_seeded(*starts)
     ended = torch.zeros(collector.num_envs, dtype=torch.bool)
     seen = []
     while not bool(ended.all()):
@@ -65,10 +65,10 @@ def test_filtered_bc_starts_groups_from_its_failed_episodes_states(minilm):
     assert algo.records_env_states
     collector = SyncCollector(lambda n, seed: env, 8, 0, "cpu")
     starts, log, first = _rollout(algo, collector)
-    assert not isinstance(starts, tuple)  # nothing recorded yet: every group starts fresh
+    assert starts.restore is None  # nothing recorded yet: every group starts fresh
     assert log["branch_starts/candidates"] == 8 * 20  # every episode failed (an untrained policy, 20 steps)
     starts, log, second = _rollout(algo, collector)
-    seeds, (ids, rows) = starts
+    ids, rows = starts.restore
     assert ids.tolist() == [4, 5, 6, 7] and torch.equal(rows[0], rows[1]) and torch.equal(rows[2], rows[3])
     assert algo.from_branch.tolist() == [False] * 4 + [True] * 4
     assert log["branch_starts/success"] == 0.0 and log["branch_starts/candidates"] == 4 * 20  # fresh ones only

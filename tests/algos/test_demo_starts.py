@@ -123,7 +123,8 @@ def test_filtered_bc_starts_its_last_groups_from_recorded_states(demos, tmp_path
     ctx = BuildContext(env.single_observation_space, env.single_action_space, 8, torch.device("cpu"), 0, 1000,
                        PolicyConfig(actor_hidden=[16]), success_metric="success", data=str(demos))
     algo = FilteredBC(FilteredBCConfig(group_size=2, demo_starts=DemoStartsConfig(fraction=0.5)), ctx)
-    seeds, (ids, rows) = algo.rollout_starts()
+    seeds, (ids, rows), tasks = algo.rollout_starts()
+    assert tasks is None
     assert ids.tolist() == [4, 5, 6, 7] and torch.equal(rows[0], rows[1]) and torch.equal(rows[2], rows[3])
     assert algo.from_demo.tolist() == [False] * 4 + [True] * 4
     collector = SyncCollector(lambda n, seed: env, 8, 0, "cpu")

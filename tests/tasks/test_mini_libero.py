@@ -77,6 +77,30 @@ def test_groups_share_an_exact_start(env):
     assert env.task_id[0] == env.task_id[2] and env.target[3] == env.target[4]
 
 
+def test_groups_can_be_told_their_task(env):
+    from embodied.core.errors import UserError
+
+    assert env.num_tasks == len(TASK_LIST)
+    seeds = torch.tensor([3, 3, 3, 8, 8, 11])
+    env.reset_envs(seeds)
+    drawn, q_drawn = env.task_id.clone(), env.sim.qpos.clone()
+    env.reset_envs(seeds, drawn)  # told the task each seed draws: the same starts, exactly
+    assert torch.equal(env.sim.qpos, q_drawn) and torch.equal(env.task_id, drawn)
+    tasks = torch.tensor([0, 0, 12, 5, 5, 1])
+    obs = env.reset_envs(seeds, tasks)
+    assert env.task_id.tolist() == tasks.tolist() and env.reset_task is None
+    q = env.sim.qpos
+    assert torch.equal(q[0], q[1]) and torch.equal(q[3], q[4]) and torch.equal(obs["policy"][3], obs["policy"][4])
+    assert not torch.equal(q[1], q[2])  # the same seed, another task: another start
+    for i, t in enumerate(tasks.tolist()):  # each env's instruction is one of its task's phrasings
+        assert env.instructions.texts[int(env.instruction_row[i])] in TASK_LIST[t].phrasings
+    with pytest.raises(ValueError, match="tasks in"):
+        env.reset_envs(seeds, torch.tensor([0, 0, 0, 0, 0, 13]))
+    hover = embodied.make_env("quadrotor-hover", num_envs=2, seed=0)
+    with pytest.raises(UserError, match="not a suite"):
+        hover.reset_envs(torch.tensor([1, 2]), torch.tensor([0, 0]))
+
+
 def test_heldout_phrasing_draws_paraphrases(minilm):
     e = embodied.make_env("mini-libero-goal", num_envs=4, seed=0, phrasing="heldout")
     _, info = e.reset(seed=0)

@@ -163,6 +163,7 @@ class MiniLiberoEnv(TabletopEnv):
         if cfg.observation not in ("state", "pixels"):
             raise UserError(f"observation must be state or pixels, got {cfg.observation!r}")
         self.suite = suite
+        self.num_tasks = len(suite)
         self.instructions = InstructionTable([s for t in TASK_LIST for s in (*t.phrasings, *t.paraphrases)])
         phr = [t.phrasings if cfg.phrasing == "train" else t.paraphrases for t in suite]
         self.phrase_rows = [torch.tensor([self.instructions.index[s] for s in p]) for p in phr]
@@ -245,6 +246,8 @@ class MiniLiberoEnv(TabletopEnv):
     def _reset_idx(self, env_ids: torch.Tensor) -> None:
         k, m, cfg = env_ids.numel(), self.sim.model, self.cfg
         tid = torch.randint(len(self.suite), (k,), generator=self.generator)
+        if self.reset_task is not None:  # told by reset_envs (the draw above still made: the rest is the seed's)
+            tid.fill_(self.reset_task)
         qpos = self.home.expand(k, -1).clone()
         qpos[:, :7] += self._uniform(k, [cfg.arm_noise] * 7)
         slots = torch.zeros(k, 4, 2, dtype=F64)

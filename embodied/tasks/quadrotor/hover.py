@@ -359,8 +359,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
             parts.append(torch.where(first, pos, self.pos_average * d + pos * (1.0 - d)))
         return {"policy": torch.cat(parts, 1), "critic": critic}
 
-    def reset_envs(self, seeds: torch.Tensor) -> Obs:
-        return self._keep_average(super().reset_envs(seeds))
+    def reset_envs(self, seeds: torch.Tensor, tasks: torch.Tensor | None = None) -> Obs:
+        return self._keep_average(super().reset_envs(seeds, tasks))
 
     def _keep_average(self, obs: Obs) -> Obs:
         """The position average the returned observation shows becomes the kept one (``_observe`` runs twice in a
