@@ -63,6 +63,10 @@ def test_rollout_groups_start_in_the_tasks_drawn(minilm):
     assert torch.equal(env.task_id, starts.tasks)
     q = env.sim.qpos
     assert all(torch.equal(q[i], q[i + 1]) for i in range(0, 8, 2))
+    again = FilteredBC(cfg, ctx)  # a resumed run draws what the first would have drawn next
+    again.load_rollout_state(algo.rollout_state())
+    assert torch.equal(again.task_sampler.fail, algo.task_sampler.fail)
+    assert torch.equal(again.rollout_starts().tasks, algo.rollout_starts().tasks)
 
 
 def test_the_cli_trains_with_task_sampling_and_rejects_a_single_task(minilm, tmp_path, capsys):
