@@ -212,12 +212,14 @@ class ManagedVecEnv(VecEnv):
             if tasks.numel() != self.num_envs or not bool(((tasks >= 0) & (tasks < self.num_tasks)).all()):
                 raise ValueError(f"reset_envs takes {self.num_envs} tasks in [0, {self.num_tasks}), got {tasks}")
         kept = self.generator.get_state()
-        for i, s in enumerate(seeds.tolist()):
-            self.generator.manual_seed(int(s))
-            self.reset_task = None if tasks is None else int(tasks[i])
-            self._reset_idx(self._all_ids[i:i + 1])
-        self.reset_task = None
-        self.generator.set_state(kept)
+        try:
+            for i, s in enumerate(seeds.tolist()):
+                self.generator.manual_seed(int(s))
+                self.reset_task = None if tasks is None else int(tasks[i])
+                self._reset_idx(self._all_ids[i:i + 1])
+        finally:
+            self.reset_task = None
+            self.generator.set_state(kept)
         self.episode_length.zero_()
         return self._observe()
 
