@@ -87,7 +87,9 @@ class FilteredBCConfig:
     sampled_policy: bool = False
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
-    # a suite's rollout tasks drawn by their failure rates (by=failures), so the tasks it fails get more rollouts
+    # a suite's rollout tasks drawn by their failure rates (by=failures), so the tasks it fails get more rollouts:
+    # mini-libero from the 10-demo ensembles of seeds 0-4, sampled policy, 88.0 -> 88.5% on the figure's 130 starts and
+    # 87.6 -> 88.1% on 390 others, within the runs' noise; off (issue 13, stop 71)
     task_sampling: TaskSamplingConfig = field(default_factory=TaskSamplingConfig)
 
 
