@@ -236,23 +236,24 @@ class SuccessRollouts(Algorithm):
     def actor(self) -> nn.Module:
         return self.pi
 
+    def _start_parts(self) -> dict:
+        """The optional parts that choose the rollouts' starts and keep state of their own, by checkpoint key."""
+        parts = {"demo_starts": self.demo_starts, "branch_starts": self.branch_starts,
+                 "task_sampler": self.task_sampler}
+        return {k: v for k, v in parts.items() if v is not None}
+
     def rollout_state(self) -> dict:
         return {"pi": self.pi.state_dict(), "generator": self.generator.get_state(),
                 "seed_generator": self.seed_generator.get_state(),
-                **({"demo_starts": self.demo_starts.state_dict()} if self.demo_starts is not None else {}),
-                **({"branch_starts": self.branch_starts.state_dict()} if self.branch_starts is not None else {}),
-                **({"task_sampler": self.task_sampler.state_dict()} if self.task_sampler is not None else {})}
+                **{k: part.state_dict() for k, part in self._start_parts().items()}}
 
     def load_rollout_state(self, state: Mapping) -> None:
         self.pi.load_state_dict(state["pi"])
         self.generator.set_state(state["generator"])
         self.seed_generator.set_state(state["seed_generator"])
-        if self.demo_starts is not None and "demo_starts" in state:
-            self.demo_starts.load_state_dict(state["demo_starts"])
-        if self.branch_starts is not None and "branch_starts" in state:
-            self.branch_starts.load_state_dict(state["branch_starts"])
-        if self.task_sampler is not None and "task_sampler" in state:
-            self.task_sampler.load_state_dict(state["task_sampler"])
+        for k, part in self._start_parts().items():
+            if k in state:
+                part.load_state_dict(state[k])
 
 
 class GRPO(SuccessRollouts):

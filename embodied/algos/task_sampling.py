@@ -66,9 +66,9 @@ class TaskSampler:
         count = torch.bincount(task, minlength=t).double()
         failed = torch.bincount(task, weights=1.0 - success.cpu().double(), minlength=t)
         there = count > 0
-        rate = failed[there] / count[there]
+        now = failed[there] / count[there]  # this rollout's failure rate of each task it played
         old = self.fail[there]
-        self.fail[there] = torch.where(self.seen[there], old + self.cfg.rate * (rate - old), rate)
+        self.fail[there] = torch.where(self.seen[there], old + self.cfg.rate * (now - old), now)
         self.seen |= there
         p = self.probabilities()
         return {"task_sampling/max_share": float(p.max()), "task_sampling/min_share": float(p.min())}

@@ -36,7 +36,7 @@ class SyncCollector(Collector):
                      tasks: torch.Tensor | None = None) -> None:
         if not hasattr(self.env, "reset_envs"):
             super().reset_seeded(seeds)
-        self._obs = self.env.reset_envs(torch.as_tensor(seeds), None if tasks is None else torch.as_tensor(tasks))
+        self._obs = self.env.reset_envs(torch.as_tensor(seeds), tasks)
         if restore is not None:
             self._obs = self.env.restore_envs(*restore)
         self.stats.reset()
