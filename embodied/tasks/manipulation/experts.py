@@ -158,9 +158,15 @@ class PickExpert(Expert):
     # whose gripper closes only once the grip has arrived labels the arrival state both open (the last steps of
     # the descent) and closed (the first of the grasp), and a cloned policy comes to rest there with open fingers
     close_within = 0.012
+    # from the grasp on (closing, lifting, carrying, placing), turn the hand to the yaw it grasped at and keep it
+    # there; False: keep turning it to the object's faces, which a held object follows, so a cube held a little
+    # turned from the fingers' line made the hand spin through the carry (mini-libero: ~0.3 rad over the lift's first
+    # steps, labels of 0.5 of the full turn rate a step) and the clone's carries spun an off-centre grasp loose
+    hold_yaw = False
 
     def __init__(self, env, **kwargs):
         super().__init__(env, **kwargs)
+        self.held_yaw = torch.zeros(env.num_envs, dtype=F64)  # the yaw the grasp began at (``hold_yaw``)
         # [m] the object's aligned point from its goal in the table plane, as of the last ``plan``
         self.off_goal = torch.full((env.num_envs,), math.inf, dtype=F64)
 
@@ -193,7 +199,9 @@ class PickExpert(Expert):
         # 1: down to the grasp height
         at = obj + up * self.grasp_height
         target = torch.where((p == 1)[:, None], at, target)
-        self._advance((p == 1) & ((grip - at - self.aim).norm(dim=1) < self.close_within))  # where it aims
+        closing = (p == 1) & ((grip - at - self.aim).norm(dim=1) < self.close_within)  # where it aims
+        self.held_yaw[closing] = yaw[closing]
+        self._advance(closing)
         # 2: close, finishing the descent on the way; lift once the fingers had CLOSE_STEPS to close (timer), or as
         # soon as they hold the object (held: what the state shows; after the timer alone, the states of a closed
         # grasp are labelled both wait and lift, and a clone that cannot see the timer waits)
@@ -224,6 +232,8 @@ class PickExpert(Expert):
         gripper = torch.where(p >= 6, -torch.ones_like(gripper), gripper)
         target = torch.where((p >= 6)[:, None], torch.where((self.timer > CLOSE_STEPS)[:, None], grip + up * 0.03,
                                                             grip), target)
+        if self.hold_yaw:
+            yaw = torch.where(p >= 2, self.held_yaw, yaw)
         return target, yaw, gripper
 
     def _yaw_err(self, yaw: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
@@ -312,6 +322,7 @@ class MiniLiberoExpert(PickExpert):
     """The pick expert on each env's target cube (``env.object_pose``) towards its goal point, which follows a
     support cube that moves; a lift ends at the carry height."""
 
+    hold_yaw = True
     xy_tolerance = 0.003  # [m] a cube stacked on a 4 cm cube slides off from a few millimetres more
     place_clearance = 0.002
     # while lowering onto the goal and letting go: at the default 0.1 (3 mm per step) a cube stacked on another slid
