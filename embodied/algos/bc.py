@@ -53,12 +53,13 @@ class BCConfig:
     ground: float = 0.0
 
 
-def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float = 0.05, moved_at_least: float = 0.01
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float = 0.05, moved_at_least: float = 0.01,
+                     above: float = 0.06) -> tuple[torch.Tensor, torch.Tensor]:
     """Per step of a flat dataset (``position [T, E, 3]``: each entity's position; ``episode [T]``, contiguous): the
     entity its episode moved (the farthest from its start at the episode's end; -1 where none moved
     ``moved_at_least`` [m]) and the one it ended on (the nearest other entity in the horizontal plane within
-    ``near`` [m] of it, else -1: held up, dropped, or nothing moved)."""
+    ``near`` [m] of it and less than ``above`` [m] over or under it, else -1: held up, dropped, or nothing moved; a
+    cube held up over another is on nothing: mini-libero's lift expert once ended 10 cm over a neighbour)."""
     t = torch.arange(len(episode), device=position.device)
     n = int(episode.max()) + 1 if len(episode) else 0
     first = torch.full((n,), len(episode), device=t.device, dtype=torch.long).scatter_reduce(0, episode, t, "amin")
@@ -69,7 +70,8 @@ def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float 
     gap = (end[..., :2] - end[rows, moved][:, None, :2]).norm(dim=-1)
     gap[rows, moved] = float("inf")
     dist, onto = gap.min(1)
-    onto = torch.where((dist < near) & (shift >= moved_at_least), onto, torch.full_like(onto, -1))
+    height = (end[rows, moved, 2] - end[rows, onto, 2]).abs()
+    onto = torch.where((dist < near) & (height < above) & (shift >= moved_at_least), onto, torch.full_like(onto, -1))
     moved = torch.where(shift >= moved_at_least, moved, torch.full_like(moved, -1))
     return moved[episode], onto[episode]
 

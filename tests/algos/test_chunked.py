@@ -32,6 +32,12 @@ def test_grounding_labels_exact_values():
     assert onto.tolist() == [2, 2, 2, -1, -1, -1]
     _, onto = grounding_labels(pos, episode, near=0.005)  # 1 cm off is not on it at a 5 mm radius
     assert onto.tolist() == [-1, -1, -1, -1, -1, -1]
+    # episode 1 lifts entity 0 to 0.15 m right over entity 2 instead: held up over it (0.15 m >= above), on nothing;
+    # with a taller ``above`` it counts as on it; episode 0's 0.04 m over entity 2 is on it either way
+    pos[4, 0] = torch.tensor([0.3, 0.0, 0.15])
+    assert grounding_labels(pos, episode)[1].tolist() == [2, 2, 2, -1, -1, -1]
+    assert grounding_labels(pos, episode, above=0.2)[1].tolist() == [2, 2, 2, 2, 2, -1]
+    assert grounding_labels(pos, episode, above=0.03)[1].tolist() == [-1, -1, -1, -1, -1, -1]
 
 
 def _counting_actor() -> ChunkedActor:
