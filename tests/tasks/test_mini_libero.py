@@ -129,10 +129,7 @@ def test_expert_holds_its_grasp_yaw_through_the_carry(minilm):
     target follows the held cube's faces, which turn with the hand, and the hand spins through the carry. 16 envs at
     the default noise, seed 2: the hand's yaw off the grasp's over the carry to the goal and the lowering (phases 4-5)
     measured 0.026 rad mean held, 0.55 without."""
-    import math
-
     from embodied.tasks.manipulation.controller import rotation_error
-    from embodied.tasks.manipulation.experts import _yaw
 
     def yaw_off_the_grasp(hold: bool) -> float:  # the hand's mean |yaw - held_yaw| over the carry
         e = embodied.make_env("mini-libero", num_envs=16, seed=2)
@@ -149,14 +146,11 @@ def test_expert_holds_its_grasp_yaw_through_the_carry(minilm):
             gripping = (before >= 2) & (act.phase >= 2) & ~fresh
             if hold:  # the target is Rz(held_yaw) @ down, the held yaw fixed from the grasp's start
                 assert bool((act.held_yaw[gripping] == held_before[gripping]).all())
-                want = torch.zeros_like(act.held_yaw)
-                want[began | gripping] = act.held_yaw[began | gripping]
                 rows = (began | gripping) & (act.label[:, 3:6].abs() < 0.99).all(1)
-                target = act.orientation(want, rot)
-                got = rotation_error(target, rot) / e.controller.max_rotation
+                got = rotation_error(act.orientation(act.held_yaw, rot), rot) / e.controller.max_rotation
                 assert torch.allclose(act.label[rows, 3:6].double(), got[rows], atol=1e-5)
             carrying = (before >= 4) & (before <= 5) & ~fresh  # carried over the goal and lowered
-            off = (torch.remainder(_yaw(rot) - act.held_yaw + math.pi, 2 * math.pi) - math.pi).abs()
+            off = act._yaw_err(act.held_yaw, rot)  # |held_yaw - the hand's yaw|, folded into [0, pi]
             total, steps = total + float(off[carrying].sum()), steps + int(carrying.sum())
             obs, *_ = e.step(action)
         e.close()
