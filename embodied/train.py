@@ -73,7 +73,8 @@ def build(cfg: RunConfig, run_dir: Path):
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
                        learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
                        collector.layout(), cfg.data, cfg.base, spec.success_metric,
-                       learned_model=imagination is not None, num_tasks=collector.num_tasks())
+                       learned_model=imagination is not None, num_tasks=collector.num_tasks(),
+                       relabeller=collector.relabeller())
     algo = None
     try:
         try:

@@ -39,6 +39,7 @@ class BuildContext:
     base: str = ""  # the run's frozen base policy (``base=RUN_DIR`` or a bundle): what a residual learner corrects
     success_metric: str | None = None  # the task's ``final_info`` key saying an episode succeeded (TaskSpec)
     num_tasks: int = 0  # a suite's size (``VecEnv.num_tasks``): episodic rollouts can tell each env its task
+    relabeller: Any = None  # the task's relabelling of recorded episodes (``core/relabel.py``) or None
     learned_model: bool = False  # the run learns a model of its task and hands it over (``Algorithm.attach_model``)
 
     def image(self, group: str) -> list | None:

@@ -26,6 +26,7 @@ from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transitio
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
+from embodied.core.relabel import relabelled_copies
 from embodied.policies import ChunkedActor, DeterministicActor, FlowChunkActor, update_normalizer
 
 VAL_EVERY = 200  # gradient steps between two held-out losses
@@ -51,6 +52,9 @@ class BCConfig:
     # pointer at the object each demonstration moved and its second at what that object came to rest on (labels
     # read off the episode itself: ``grounding_labels``); 0: the pointers learn from the cloning loss alone
     ground: float = 0.0
+    # relabelled copies of every training episode added to the dataset (the task's relabelling, ``core/relabel.py``:
+    # mini-libero's cubes renamed by a permutation of their colours, the instruction with them); 0: none
+    relabel: int = 0
 
 
 def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float = 0.05, moved_at_least: float = 0.01,
@@ -74,6 +78,15 @@ def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float 
     onto = torch.where((dist < near) & (height < above) & (shift >= moved_at_least), onto, torch.full_like(onto, -1))
     moved = torch.where(shift >= moved_at_least, moved, torch.full_like(moved, -1))
     return moved[episode], onto[episode]
+
+
+def check_relabel(what: str, copies: int, ctx: BuildContext) -> None:
+    """A learner's ``relabel`` setting: copies >= 0, and > 0 only for a task that has a relabelling."""
+    if copies < 0:
+        raise UserError(f"{what} is a number of relabelled copies: >= 0, got {copies}")
+    if copies > 0 and ctx.relabeller is None:
+        raise UserError(f"{what}: this task has no relabelling of its episodes (mini-libero's has, with state "
+                        "observations): set it to 0")
 
 
 def state_noise_scale(obs: torch.Tensor, layout, scale: float) -> torch.Tensor:
@@ -143,6 +156,7 @@ class BC(Algorithm):
                             "policy.vla.state_encoder=pointers")
         if not cfg.obs_noise >= 0:
             raise UserError(f"bc.obs_noise is a noise scale in standard deviations: >= 0, got {cfg.obs_noise}")
+        check_relabel("bc.relabel", cfg.relabel, ctx)
         data = read_transitions(ctx.data, ["policy"])
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
@@ -181,20 +195,27 @@ class BC(Algorithm):
         order = torch.randperm(n_ep, generator=torch.Generator().manual_seed(ctx.seed))
         val = torch.isin(episode, order[:n_val]).to(self.device)
         obs, action = data["state"].to(self.device), data["action"].clamp(-1.0, 1.0).to(self.device)
+        episode = episode.to(self.device)
         horizon = getattr(self.pi, "horizon", 1)
         if horizon > 1 or hasattr(self.pi, "bc_loss"):
-            action = chunk_targets(action, episode.to(self.device), horizon)
-        update_normalizer(self.pi, obs[~val])
+            action = chunk_targets(action, episode, horizon)
+        self.val_obs, self.val_action = obs[val], action[val]
+        obs, action, episode = obs[~val], action[~val], torch.unique_consecutive(episode[~val], return_inverse=True)[1]
+        if cfg.relabel > 0:
+            extra, source, numbers = relabelled_copies(ctx.relabeller, obs, episode, cfg.relabel, self.generator)
+            obs, action = torch.cat([obs, extra]), torch.cat([action, action[source]])
+            episode = torch.cat([episode, numbers + (int(episode.max()) + 1 if len(episode) else 0)])
+        update_normalizer(self.pi, obs)
         self.ground = None
         if cfg.ground > 0 and getattr(self.pi, "pointers", None) is None:  # an image policy: no pointers
             print("bc.ground: the policy has no entity pointers (image input): no grounding loss", file=sys.stderr)
         elif cfg.ground > 0:  # [T, 2] labels of the two first pointers
-            self.ground = episode_grounding(self.pi, obs, episode.to(self.device))[~val]
+            self.ground = episode_grounding(self.pi, obs, episode)
         # camera entries kept as uint8 (a 2-camera 64x64 step: 24.6 KB, not 98 KB), unpacked per minibatch
         self.packer = PixelPacker.of(ctx.layout, "policy", obs_dim)
-        self.obs, self.action = self.packer.pack(obs[~val]), action[~val]
-        self.val_obs, self.val_action = self.packer.pack(obs[val]), action[val]
-        self.noise_scale = state_noise_scale(obs[~val], ctx.layout, cfg.obs_noise) if cfg.obs_noise > 0 else None
+        self.obs, self.action = self.packer.pack(obs), action
+        self.val_obs = self.packer.pack(self.val_obs)
+        self.noise_scale = state_noise_scale(obs, ctx.layout, cfg.obs_noise) if cfg.obs_noise > 0 else None
         del obs
         self.num_updates = 0
         self._val_loss = float("nan")

@@ -8,6 +8,7 @@ import torch
 from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
+from embodied.core.relabel import relabelled_copies
 
 
 class RowRing:
@@ -60,11 +61,15 @@ class DemoLoss(RowRing):
 
     BC's regularizers, so that fine-tuning clones with the loss the policy was cloned with: ``obs_noise`` (Gaussian
     noise on the state entries, in standard deviations of the dataset's) and ``ground`` (a pointer policy's grounding
-    cross-entropy, its labels read off every episode, the dataset's and each added one: ``bc.episode_grounding``)."""
+    cross-entropy, its labels read off every episode, the dataset's and each added one: ``bc.episode_grounding``).
+    ``relabel`` copies of every episode, the dataset's and each added one, relabelled by ``relabeller``
+    (``core/relabel.py``, drawn with ``generator``), join it beside the episode (an added copy keeps its source's
+    group)."""
 
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
                  what: str, layout=None, capacity: int = 0, demo_ratio: float | None = None, obs_noise: float = 0.0,
-                 ground: float = 0.0, balance: bool = False):
+                 ground: float = 0.0, balance: bool = False, relabeller=None, relabel: int = 0,
+                 generator: torch.Generator | None = None):
         from embodied.datasets import read_transitions
 
         if not path:
@@ -75,21 +80,25 @@ class DemoLoss(RowRing):
         if data["state"].shape[1] != obs_dim:
             raise UserError(f"the dataset {path} has {data['state'].shape[1]} observation entries per step; the task "
                             f"has {obs_dim}")
-        episode = torch.cumsum(data["initial"].long(), 0) - 1
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground, balance)
-        state = data["state"].to(device)
-        self.data = {**self.packer.pack(state), "target": self._targets(data["action"].to(device), episode.to(device))}
+        episode = (torch.cumsum(data["initial"].long(), 0) - 1).to(device)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground, balance,
+                    relabeller, relabel, generator)
+        (state, episode), target = self._relabelled(data["state"].to(device),
+                                                    self._targets(data["action"].to(device), episode), episode)[:2]
+        self.data = {**self.packer.pack(state), "target": target}
         if self.ground:
-            self.data["ground"] = self._labels(state, episode.to(device))
+            self.data["ground"] = self._labels(state, episode)
         if obs_noise > 0:
             self.noise_scale = state_noise_scale(state, layout, obs_noise)
 
     @classmethod
     def empty(cls, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int, layout=None,
-              capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0, balance: bool = False) -> DemoLoss:
+              capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0, balance: bool = False, relabeller=None,
+              relabel: int = 0, generator: torch.Generator | None = None) -> DemoLoss:
         """A pool without demonstrations, filled by ``extend`` alone (the noise's scale from the first steps added)."""
         self = cls.__new__(cls)
-        self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground, balance)
+        self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground, balance,
+                    relabeller, relabel, generator)
         self.data = {**self.packer.pack(torch.zeros(0, obs_dim, device=device)),
                      "target": torch.zeros(0, self.horizon, 0, device=device)}
         if self.ground:
@@ -97,7 +106,7 @@ class DemoLoss(RowRing):
         return self
 
     def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground,
-               balance) -> None:
+               balance, relabeller=None, relabel=0, generator=None) -> None:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
@@ -112,6 +121,18 @@ class DemoLoss(RowRing):
         self.added = 0  # steps ever added (the next row written is added % capacity)
         self.balance = balance
         self._cdf: torch.Tensor | None = None  # the ring rows' cumulative draw weights (balance), made when needed
+        self.relabeller, self.relabel, self.generator = relabeller, relabel if relabeller is not None else 0, generator
+
+    def _relabelled(self, state: torch.Tensor, target: torch.Tensor, episode: torch.Tensor,
+                    group: torch.Tensor | None = None):
+        """``(state, episode)``, ``target`` and ``group`` of whole episodes (``episode`` numbered 0..n-1) with the
+        ``relabel`` relabelled copies of each appended (episodes numbered on), and the count of the copies' rows."""
+        if not self.relabel or not len(episode):
+            return (state, episode), target, group, 0
+        extra, source, numbers = relabelled_copies(self.relabeller, state, episode, self.relabel, self.generator)
+        group = torch.cat([group, group[source]]) if group is not None else None
+        episode = torch.cat([episode, numbers + int(episode.max()) + 1])
+        return (torch.cat([state, extra]), episode), torch.cat([target, target[source]]), group, len(source)
 
     @torch.no_grad()
     def _labels(self, state: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
@@ -146,15 +167,18 @@ class DemoLoss(RowRing):
             raise ValueError("this DemoLoss was built without a capacity for added steps")
         if self.balance and group is None:
             raise ValueError("a balanced pool needs each added step's group")
-        change = torch.ones_like(episode, dtype=torch.long)
-        change[1:] = (episode[1:] != episode[:-1]).long()
-        numbered = change.cumsum(0) - 1  # episodes numbered 0, 1, ...
-        rows = {**obs, "target": self._targets(action, numbered)}
+        numbered = torch.unique_consecutive(episode, return_inverse=True)[1]  # episodes numbered 0, 1, ...
+        target = self._targets(action, numbered)
+        m = target.shape[0]
+        rows = {**obs, "target": target}
         if self.balance:
             rows["group"] = group.long()
-        m = rows["target"].shape[0]
-        if self.ground or (self.obs_noise > 0 and self.noise_scale is None):
+        if self.ground or self.relabel or (self.obs_noise > 0 and self.noise_scale is None):
             state = self.packer.unpack_rows(obs, torch.arange(m, device=numbered.device))
+            (state, numbered), target, group, copies = self._relabelled(state, target, numbered,
+                                                                        rows.get("group"))
+            if copies:
+                rows = {**self.packer.pack(state), "target": target, **({"group": group} if self.balance else {})}
             if self.ground:
                 rows["ground"] = self._labels(state, numbered)
             if self.obs_noise > 0 and self.noise_scale is None:

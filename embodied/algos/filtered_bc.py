@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import BuildContext
-from embodied.algos.bc import grounding_loss
+from embodied.algos.bc import check_relabel, grounding_loss
 from embodied.algos.branch_starts import BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss, RowRing
 from embodied.algos.demo_starts import DemoStartsConfig
@@ -91,6 +91,9 @@ class FilteredBCConfig:
     # mini-libero from the 10-demo ensembles of seeds 0-4, sampled policy, 88.0 -> 88.5% on the figure's 130 starts and
     # 87.6 -> 88.1% on 390 others, within the runs' noise; off (issue 13, stop 71)
     task_sampling: TaskSamplingConfig = field(default_factory=TaskSamplingConfig)
+    # relabelled copies of every demonstration and of every successful rollout episode join the pool beside it (the
+    # task's relabelling, ``core/relabel.py``: on mini-libero a success on one cube is one on the others); 0: none
+    relabel: int = 0
 
 
 class FilteredBC(SuccessRollouts):
@@ -112,6 +115,7 @@ class FilteredBC(SuccessRollouts):
                             f"group_size {cfg.group_size}")
         if cfg.balance not in ("pool", "task"):
             raise UserError(f"filtered-bc.balance is pool or task, got {cfg.balance!r}")
+        check_relabel("filtered-bc.relabel", cfg.relabel, ctx)
         if cfg.ground_rollouts < 0 or cfg.ground_capacity < 1:
             raise UserError("filtered-bc: ground_rollouts >= 0 and ground_capacity >= 1")
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
@@ -138,7 +142,8 @@ class FilteredBC(SuccessRollouts):
             else self.pi
         if cfg.sampled_policy:
             self.shipped = SampledActor(self.shipped, cfg.temperature, seed=ctx.seed)
-        recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task"}
+        recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task",
+                  "relabeller": ctx.relabeller, "relabel": cfg.relabel, "generator": self.generator}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)

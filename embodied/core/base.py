@@ -78,6 +78,11 @@ class VecEnv(abc.ABC):
         """The task's symmetry group (``embodied.core.symmetry.SymmetryGroup``), or None."""
         return None
 
+    def relabeller(self):
+        """How recorded episodes of this suite can be relabelled as episodes of other instructions
+        (``embodied.core.relabel.Relabeller``), or None."""
+        return None
+
     def layout(self):
         """What each observation and action entry means (``embodied.core.layout.Layout``): export writes it
         into the deploy bundle. A task that declares none gets one unnamed term per group."""

@@ -86,7 +86,7 @@ class AsyncCollector(Collector):
         probe = make_env(1, seed)  # spaces, symmetry and buffer layout, without stepping
         self.single_observation_space, self.single_action_space = probe.single_observation_space, \
             probe.single_action_space
-        self._symmetry, self._layout = probe.symmetry_group(), probe.layout()
+        self._symmetry, self._layout, self._relabeller = probe.symmetry_group(), probe.layout(), probe.relabeller()
         obs0, _ = probe.reset(seed=seed)
         probe.close()
         self.num_envs, self.seed, self.make_env = num_envs, seed, make_env
@@ -245,6 +245,9 @@ class AsyncCollector(Collector):
 
     def layout(self):
         return self._layout
+
+    def relabeller(self):
+        return self._relabeller
 
     def _drain(self) -> None:
         """Finish the launched step and forget it (its action came from a policy a checkpoint does not hold)."""

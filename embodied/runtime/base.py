@@ -117,6 +117,10 @@ class Collector(abc.ABC):
         """The task's symmetry group (``core/symmetry.py``) or None."""
         return None
 
+    def relabeller(self):
+        """The task's relabelling of recorded episodes (``core/relabel.py``) or None."""
+        return None
+
     def layout(self):
         """The task's observation/action layout (``core/layout.py``), or None where the engine has none."""
         return None

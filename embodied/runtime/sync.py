@@ -70,6 +70,9 @@ class SyncCollector(Collector):
     def layout(self):
         return self.env.layout()
 
+    def relabeller(self):
+        return self.env.relabeller()
+
     def num_tasks(self) -> int:
         return getattr(self.env, "num_tasks", 0)
 

@@ -397,3 +397,47 @@ def test_the_run_ships_the_policy_its_rollouts_sample(tmp_path):
         FilteredBC.build(FilteredBCConfig(sampled_policy=True), ctx)
     with pytest.raises(ValueError, match="temperature"):
         SampledActor(algo.pi, 0.0)
+
+
+def test_relabelled_copies_join_the_pool_and_the_clone(tmp_path, minilm):
+    """``filtered-bc.relabel`` / ``bc.relabel``: the relabelled copies of every demonstration, and of every episode
+    added, join beside it with the source's action targets, grounding labels read off the copy (the renamed cubes),
+    and the copies' episodes numbered on; a task without a relabelling refuses the setting in one line."""
+    from embodied.algos.base import BuildContext
+    from embodied.algos.bc import BC, BCConfig, episode_grounding
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.config import PolicyConfig, VLAConfig
+    from embodied.core.errors import UserError
+    from embodied.datasets import collect_demos, read_transitions
+
+    collect_demos("mini-libero", 3, tmp_path / "d", num_envs=3, seed=0)
+    env = embodied.make_env("mini-libero", num_envs=4, seed=0)
+    ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
+                       PolicyConfig(arch="vla", vla=VLAConfig(state_encoder="pointers", head="continuous")),
+                       layout=env.layout(), success_metric="success", data=str(tmp_path / "d"),
+                       relabeller=env.relabeller())
+    data = read_transitions(tmp_path / "d", ["policy"])
+    t = len(data["state"])
+    algo = FilteredBC(FilteredBCConfig(ground=1.0, relabel=2), ctx)
+    pool, pi = algo.pool, algo.pi
+    assert pool.target.shape[0] == 3 * t  # every mini-libero task has a renaming
+    assert torch.equal(pool.target[t:2 * t], pool.target[:t]) and torch.equal(pool.target[2 * t:], pool.target[:t])
+    obs = pool.obs["obs"]
+    copies = obs[t:2 * t]
+    assert not torch.equal(copies, obs[:t]) and torch.equal(copies[:, :10], obs[:t, :10])  # proprioception kept
+    episode = torch.cumsum(data["initial"].long(), 0) - 1
+    assert torch.equal(pool.data["ground"][t:2 * t], episode_grounding(pi, copies, episode))
+    first = episode == 0
+    k = int(first.sum())
+    pool.extend({"obs": data["state"][first]}, data["action"][first], torch.zeros(k, dtype=torch.long))
+    assert pool.filled == 3 * k and torch.equal(pool.ring["target"][k:2 * k], pool.ring["target"][:k])
+    clone = BC(BCConfig(holdout=0.0, relabel=3, ground=1.0), ctx, data)
+    assert clone.action.shape[0] == 4 * t and torch.equal(clone.ground[:t], episode_grounding(pi, data["state"],
+                                                                                                 episode))
+    plain = embodied.make_env("point-reach", num_envs=2, seed=0)
+    with pytest.raises(UserError, match="no relabelling"):
+        FilteredBC.build(FilteredBCConfig(relabel=1),
+                         BuildContext(plain.single_observation_space, plain.single_action_space, 2,
+                                      torch.device("cpu"), 0, 1000, PolicyConfig(), success_metric="success"))
+    with pytest.raises(UserError, match=">= 0"):
+        BC.build(BCConfig(relabel=-1), ctx)

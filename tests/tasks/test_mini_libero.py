@@ -230,3 +230,57 @@ def test_episodes_report_the_entities_their_instruction_names(minilm):
     assert "eval/success" in figures and not any(k.removeprefix("eval/") in INSTRUCTED for k in figures)
     e.close()
     assert checked >= 8
+
+
+def test_renamed_episodes_do_what_their_new_instruction_says(minilm):
+    """``MiniLiberoEnv.relabeller``: each task's renamings, exactly (a spatial or object task under every other
+    permutation of the colours, and the grid's plate task also as ``goal-red-plate``; a tray task only where red goes
+    to red or yellow; the stack only with green and blue kept; the lift only with blue kept); a copy moves every cube's
+    entries to its new colour's and changes nothing else but the instruction; and on the expert's successful episodes
+    the copy's new instruction names the cube the copy moved and what it came to rest on (``grounding_labels``)."""
+    from embodied.algos.bc import grounding_labels
+    from embodied.datasets import record_episodes
+    from embodied.tasks.manipulation.mini_libero import COLOURS
+
+    names = ["goal-stack-green-blue", "goal-red-tray", "goal-lift-blue", "object-yellow", "spatial-leftmost",
+             "goal-red-plate"]
+    e = embodied.make_env("mini-libero", num_envs=6, seed=0, tasks=names)
+    r = e.relabeller()
+    # within this 6-task suite: red on the plate in the grid is object-yellow once red is called yellow (6 renamings)
+    # and itself under the 5 others that keep red; the tray: only red kept (yellow-tray is not in this suite)
+    want = {"goal-stack-green-blue": 1, "goal-red-tray": 5, "goal-lift-blue": 5, "object-yellow": 11,
+            "spatial-leftmost": 23, "goal-red-plate": 11}
+    assert {n: int(c) for n, c in zip(e.task_names, r.count)} == want
+    full = embodied.make_env("mini-libero", num_envs=1, seed=0).relabeller()
+    assert full.count.tolist() == [23] * 4 + [29] * 5 + [11, 1, 11, 5]
+    episodes = record_episodes(e, TASKS.get("mini-libero").expert(e, seed=0), 12, seed=1)
+    starts = [s.start for name, s in e.layout().slices("policy").items()
+              if name.endswith("_cube") or name in ("plate_pos", "tray_pos")]
+    table, texts = e.instructions.table, e.instructions.texts
+    task_of = {s: t for t in TASK_LIST for s in (*t.phrasings, *t.paraphrases)}
+    g = torch.Generator().manual_seed(0)
+    checked = 0
+    for ep in episodes:
+        state = torch.as_tensor(ep["observations"]["policy"])[:-1]
+        zeros = torch.zeros(len(state), dtype=torch.long)
+        old = task_of[texts[int((table @ state[0, 62:]).argmax())]]
+        for _ in range(3):
+            copy, has = r.relabel(state, zeros, g)
+            assert bool(has[0])
+            new = task_of[texts[int((table @ copy[0, 62:]).argmax())]]
+            assert new.name in names and new.layout == old.layout and not torch.equal(copy, state)
+            assert torch.equal(copy[:, :10], state[:, :10]) and torch.equal(copy[:, 50:62], state[:, 50:62])
+            blocks, moved_to = state[:, 10:50].view(-1, 4, 10), copy[:, 10:50].view(-1, 4, 10)
+            perm = [next(d for d in range(4) if torch.equal(moved_to[:, d], blocks[:, c])) for c in range(4)]
+            assert sorted(perm) == [0, 1, 2, 3]
+            if ep["outcome"]["success"] < 0.5:
+                continue
+            position = torch.stack([copy[:, a:a + 3] for a in starts], 1)
+            moved, onto = (int(x[0]) for x in grounding_labels(position, zeros))
+            if new.target in COLOURS:
+                assert moved == COLOURS.index(new.target)
+            goal = COLOURS.index(new.goal) if new.goal in COLOURS else {"lift": -1, "plate": 4, "tray": 5}[new.goal]
+            assert onto == goal
+            checked += 1
+    e.close()
+    assert checked >= 20

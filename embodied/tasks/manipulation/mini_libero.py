@@ -41,6 +41,7 @@ joints and velocities. ``info["instruction"]`` lists each env's instruction stri
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -384,6 +385,18 @@ class MiniLiberoEnv(TabletopEnv):
                "text": (text,)}
         return Layout(obs, action, self.cfg.control_hz, notes=f"tasks: {', '.join(self.task_names)}",
                       extras={"instructions": self.instructions.texts})
+
+    def relabeller(self):
+        """The cubes' colours renamed (``renaming.py``); None with image observations."""
+        from embodied.tasks.manipulation.renaming import ColourRenaming
+
+        if self.renderer is not None:
+            return None
+        terms = self.layout().observation["policy"]
+        start = dict(zip((t.name for t in terms), itertools.accumulate((t.size for t in terms), initial=0)))
+        first = f"{COLOURS[0]}_cube"  # the cubes' terms follow it in colour order
+        return ColourRenaming(self.suite, self.instructions.table, self.instructions.index,
+                              (start[first], start[f"{COLOURS[1]}_cube"] - start[first]), start["instruction"])
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
         return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "cubes_xy",

@@ -1,0 +1,76 @@
+"""Mini-libero's relabelling (``core/relabel.py``): its four cubes differ only in colour, so an episode with the cubes'
+colours renamed by a permutation (each cube's state entries moved to the entries of the colour it is now called) is an
+episode of the instruction that names the renamed cubes, where the suite has one: a demonstration of putting the red
+cube on the plate in the 2 x 2 grid is one of putting the green cube there (``object-green``) once red is called green;
+of stacking green on blue, only under renamings that keep green and blue; a spatial task's cube is named by where it
+stands, so every renaming keeps its task (and teaches that the colour does not matter). The renamed instruction is
+drawn from the new task's training phrasings. State observations only (an image would have to be recoloured)."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from embodied.core.relabel import Relabeller
+from embodied.tasks.manipulation.mini_libero import COLOURS
+
+MATCH = 0.999  # an episode's instruction is the table row whose embedding it matches this well (unit vectors)
+
+
+def renamed(name: str, perm: tuple[int, ...]) -> str:
+    """A task's target or goal with colour ``c`` called ``COLOURS[perm[c]]`` (slots, plate, tray, lift unchanged)."""
+    return COLOURS[perm[COLOURS.index(name)]] if name in COLOURS else name
+
+
+class ColourRenaming(Relabeller):
+    """``suite``: the env's tasks (``MiniTask``); ``table [K, 384]`` the instruction embeddings and ``index`` each
+    instruction string's row; the policy observation's cubes at ``cubes`` (``[start, entries per cube]``, colour
+    order) and its instruction embedding at ``text`` (its start)."""
+
+    def __init__(self, suite, table: torch.Tensor, index: dict[str, int], cubes: tuple[int, int], text: int):
+        self.table = table
+        self.cube_start, self.cube_size = cubes
+        self.text = slice(text, text + table.shape[1])
+        self.perms = torch.tensor(list(itertools.permutations(range(len(COLOURS)))))  # [24, 4]; 0: the identity
+        self.row_task = torch.full((len(table),), -1, dtype=torch.long)
+        for i, t in enumerate(suite):
+            for s in (*t.phrasings, *t.paraphrases):
+                self.row_task[index[s]] = i
+        # per task, every (renaming, new task) pair whose episode it can become, itself unrenamed left out
+        pairs = [[(g, j) for g, p in enumerate(self.perms.tolist()) for j, u in enumerate(suite)
+                  if (g, j) != (0, i) and u.layout == t.layout and u.target == renamed(t.target, p)
+                  and u.goal == renamed(t.goal, p)] for i, t in enumerate(suite)]
+        width = max(1, max(map(len, pairs)))
+        self.count = torch.tensor([len(p) for p in pairs])
+        self.pairs = torch.tensor([[*p, *[(0, 0)] * (width - len(p))] for p in pairs], dtype=torch.long)  # [n, w, 2]
+        phr = [[index[s] for s in t.phrasings] for t in suite]
+        self.phrase_count = torch.tensor([len(p) for p in phr])
+        self.phrase_rows = torch.tensor([[*p, *[p[0]] * (max(map(len, phr)) - len(p))] for p in phr])
+
+    def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        dev = obs.device
+        n = int(episode.max()) + 1 if len(episode) else 0
+        t = torch.arange(len(episode), device=dev)
+        first = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, t, "amin")
+        score = obs[first, self.text] @ self.table.to(dev).T  # [n, K]
+        best, row = score.max(1) if n else (score.new_zeros(0), torch.zeros(0, dtype=torch.long, device=dev))
+        task = torch.where(best > MATCH, self.row_task.to(dev)[row], -1)
+        count = torch.where(task >= 0, self.count.to(dev)[task.clamp_min(0)], 0)
+        has = count > 0
+        k = (torch.rand(n, generator=generator, device=generator.device).to(dev) * count).long()
+        pair = self.pairs.to(dev)[task.clamp_min(0), k.clamp_max(self.pairs.shape[1] - 1)]  # [n, 2]
+        perm, new = pair[:, 0], pair[:, 1]
+        v = torch.rand(n, generator=generator, device=generator.device).to(dev)
+        phrase = self.phrase_rows.to(dev)[new, (v * self.phrase_count.to(dev)[new]).long()]
+        # the entries of the cube now called colour d are those of colour c with perm[c] = d
+        source = torch.where(has[:, None], self.perms.to(dev)[perm].argsort(1),
+                             torch.arange(len(COLOURS), device=dev))  # [n, 4]
+        a, w = self.cube_start, self.cube_size
+        index = torch.arange(obs.shape[1], device=dev).repeat(n, 1)
+        index[:, a:a + len(COLOURS) * w] = (a + w * source[:, :, None] + torch.arange(w, device=dev)).flatten(1)
+        out = obs.gather(1, index[episode])
+        text = torch.where(has[:, None], self.table.to(dev)[phrase], obs[first, self.text])
+        out[:, self.text] = text[episode]
+        return out, has
