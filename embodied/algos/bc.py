@@ -80,13 +80,16 @@ def grounding_labels(position: torch.Tensor, episode: torch.Tensor, near: float 
     return moved[episode], onto[episode]
 
 
-def check_relabel(what: str, copies: int, ctx: BuildContext) -> None:
-    """A learner's ``relabel`` setting: copies >= 0, and > 0 only for a task that has a relabelling."""
+def relabel_copies(what: str, copies: int, ctx: BuildContext) -> int:
+    """The relabelled copies a learner's ``relabel`` setting makes: a negative count is a ``UserError``; a task
+    without a relabelling (mini-libero with image observations) makes none, said in one line."""
     if copies < 0:
         raise UserError(f"{what} is a number of relabelled copies: >= 0, got {copies}")
     if copies > 0 and ctx.relabeller is None:
-        raise UserError(f"{what}: this task has no relabelling of its episodes (mini-libero's has, with state "
-                        "observations): set it to 0")
+        print(f"{what}: this task has no relabelling of its episodes (mini-libero's has, with state observations): "
+              "no copies", file=sys.stderr)
+        return 0
+    return copies
 
 
 def state_noise_scale(obs: torch.Tensor, layout, scale: float) -> torch.Tensor:
@@ -156,7 +159,6 @@ class BC(Algorithm):
                             "policy.vla.state_encoder=pointers")
         if not cfg.obs_noise >= 0:
             raise UserError(f"bc.obs_noise is a noise scale in standard deviations: >= 0, got {cfg.obs_noise}")
-        check_relabel("bc.relabel", cfg.relabel, ctx)
         data = read_transitions(ctx.data, ["policy"])
         obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
         if (data["state"].shape[1], data["action"].shape[1]) != (obs_dim, act_dim):
@@ -201,8 +203,9 @@ class BC(Algorithm):
             action = chunk_targets(action, episode, horizon)
         self.val_obs, self.val_action = obs[val], action[val]
         obs, action, episode = obs[~val], action[~val], torch.unique_consecutive(episode[~val], return_inverse=True)[1]
-        if cfg.relabel > 0:
-            extra, source, numbers = relabelled_copies(ctx.relabeller, obs, episode, cfg.relabel, self.generator)
+        copies = relabel_copies("bc.relabel", cfg.relabel, ctx)
+        if copies:
+            extra, source, numbers = relabelled_copies(ctx.relabeller, obs, episode, copies, self.generator)
             obs, action = torch.cat([obs, extra]), torch.cat([action, action[source]])
             episode = torch.cat([episode, numbers + (int(episode.max()) + 1 if len(episode) else 0)])
         update_normalizer(self.pi, obs)

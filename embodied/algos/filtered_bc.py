@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import BuildContext
-from embodied.algos.bc import check_relabel, grounding_loss
+from embodied.algos.bc import grounding_loss, relabel_copies
 from embodied.algos.branch_starts import BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss, RowRing
 from embodied.algos.demo_starts import DemoStartsConfig
@@ -115,7 +115,6 @@ class FilteredBC(SuccessRollouts):
                             f"group_size {cfg.group_size}")
         if cfg.balance not in ("pool", "task"):
             raise UserError(f"filtered-bc.balance is pool or task, got {cfg.balance!r}")
-        check_relabel("filtered-bc.relabel", cfg.relabel, ctx)
         if cfg.ground_rollouts < 0 or cfg.ground_capacity < 1:
             raise UserError("filtered-bc: ground_rollouts >= 0 and ground_capacity >= 1")
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
@@ -143,7 +142,8 @@ class FilteredBC(SuccessRollouts):
         if cfg.sampled_policy:
             self.shipped = SampledActor(self.shipped, cfg.temperature, seed=ctx.seed)
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task",
-                  "relabeller": ctx.relabeller, "relabel": cfg.relabel, "generator": self.generator}
+                  "relabeller": ctx.relabeller,
+                  "relabel": relabel_copies("filtered-bc.relabel", cfg.relabel, ctx), "generator": self.generator}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)

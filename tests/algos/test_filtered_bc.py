@@ -399,10 +399,10 @@ def test_the_run_ships_the_policy_its_rollouts_sample(tmp_path):
         SampledActor(algo.pi, 0.0)
 
 
-def test_relabelled_copies_join_the_pool_and_the_clone(tmp_path, minilm):
+def test_relabelled_copies_join_the_pool_and_the_clone(tmp_path, minilm, capsys):
     """``filtered-bc.relabel`` / ``bc.relabel``: the relabelled copies of every demonstration, and of every episode
     added, join beside it with the source's action targets, grounding labels read off the copy (the renamed cubes),
-    and the copies' episodes numbered on; a task without a relabelling refuses the setting in one line."""
+    and the copies' episodes numbered on; a task without a relabelling makes none and says so in one line."""
     from embodied.algos.base import BuildContext
     from embodied.algos.bc import BC, BCConfig, episode_grounding
     from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
@@ -435,9 +435,11 @@ def test_relabelled_copies_join_the_pool_and_the_clone(tmp_path, minilm):
     assert clone.action.shape[0] == 4 * t and torch.equal(clone.ground[:t], episode_grounding(pi, data["state"],
                                                                                                  episode))
     plain = embodied.make_env("point-reach", num_envs=2, seed=0)
-    with pytest.raises(UserError, match="no relabelling"):
-        FilteredBC.build(FilteredBCConfig(relabel=1),
-                         BuildContext(plain.single_observation_space, plain.single_action_space, 2,
-                                      torch.device("cpu"), 0, 1000, PolicyConfig(), success_metric="success"))
+    bare = FilteredBC.build(FilteredBCConfig(relabel=1), BuildContext(
+        plain.single_observation_space, plain.single_action_space, 2, torch.device("cpu"), 0, 1000, PolicyConfig(),
+        success_metric="success"))
+    assert bare.pool.relabel == 0 and "no relabelling" in capsys.readouterr().err  # one line, no copies
     with pytest.raises(UserError, match=">= 0"):
         BC.build(BCConfig(relabel=-1), ctx)
+    with pytest.raises(UserError, match=">= 0"):
+        FilteredBC.build(FilteredBCConfig(relabel=-1), ctx)
