@@ -55,7 +55,7 @@ class ColourRenaming(Relabeller):
         t = torch.arange(len(episode), device=dev)
         first = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, t, "amin")
         score = obs[first, self.text] @ self.table.to(dev).T  # [n, K]
-        best, row = score.max(1) if n else (score.new_zeros(0), torch.zeros(0, dtype=torch.long, device=dev))
+        best, row = score.max(1)
         task = torch.where(best > MATCH, self.row_task.to(dev)[row], -1)
         count = torch.where(task >= 0, self.count.to(dev)[task.clamp_min(0)], 0)
         has = count > 0
