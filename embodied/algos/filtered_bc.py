@@ -92,7 +92,8 @@ class FilteredBCConfig:
     # 87.6 -> 88.1% on 390 others, within the runs' noise; off (issue 13, stop 71)
     task_sampling: TaskSamplingConfig = field(default_factory=TaskSamplingConfig)
     # relabelled copies of every demonstration and of every successful rollout episode join the pool beside it (the
-    # task's relabelling, ``core/relabel.py``: on mini-libero a success on one cube is one on the others); 0: none
+    # task's relabelling, ``core/relabel.py``: on mini-libero a success on one cube is one on the others; the pool's
+    # ``filtered-bc/rollout_steps`` count the copies); 0: none
     relabel: int = 0
 
 
