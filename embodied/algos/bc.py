@@ -26,7 +26,7 @@ from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transitio
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 from embodied.core.registry import ALGOS
-from embodied.core.relabel import relabelled_copies
+from embodied.core.relabel import with_relabelled_copies
 from embodied.policies import ChunkedActor, DeterministicActor, FlowChunkActor, update_normalizer
 
 VAL_EVERY = 200  # gradient steps between two held-out losses
@@ -205,9 +205,7 @@ class BC(Algorithm):
         obs, action, episode = obs[~val], action[~val], torch.unique_consecutive(episode[~val], return_inverse=True)[1]
         copies = relabel_copies("bc.relabel", cfg.relabel, ctx)
         if copies:
-            extra, source, numbers = relabelled_copies(ctx.relabeller, obs, episode, copies, self.generator)
-            obs, action = torch.cat([obs, extra]), torch.cat([action, action[source]])
-            episode = torch.cat([episode, numbers + (int(episode.max()) + 1 if len(episode) else 0)])
+            obs, episode, action = with_relabelled_copies(ctx.relabeller, obs, episode, copies, self.generator, action)
         update_normalizer(self.pi, obs)
         self.ground = None
         if cfg.ground > 0 and getattr(self.pi, "pointers", None) is None:  # an image policy: no pointers

@@ -8,7 +8,7 @@ import torch
 from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
-from embodied.core.relabel import relabelled_copies
+from embodied.core.relabel import with_relabelled_copies
 
 
 class RowRing:
@@ -129,10 +129,9 @@ class DemoLoss(RowRing):
         ``relabel`` relabelled copies of each appended (episodes numbered on), and the count of the copies' rows."""
         if not self.relabel or not len(episode):
             return (state, episode), target, group, 0
-        extra, source, numbers = relabelled_copies(self.relabeller, state, episode, self.relabel, self.generator)
-        group = torch.cat([group, group[source]]) if group is not None else None
-        episode = torch.cat([episode, numbers + int(episode.max()) + 1])
-        return (torch.cat([state, extra]), episode), torch.cat([target, target[source]]), group, len(source)
+        more, episode, target, group = with_relabelled_copies(self.relabeller, state, episode, self.relabel,
+                                                              self.generator, target, group)
+        return (more, episode), target, group, len(more) - len(state)
 
     @torch.no_grad()
     def _labels(self, state: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:

@@ -24,20 +24,22 @@ class Relabeller(abc.ABC):
         episode whether it has one ``[n]`` (an episode without one comes back unchanged)."""
 
 
-def relabelled_copies(relabeller: Relabeller, obs: torch.Tensor, episode: torch.Tensor, copies: int,
-                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``copies`` relabelled copies of the episodes in ``obs [T, D]`` (``episode [T]`` numbered 0..n-1, contiguous),
-    each copy of each episode drawn independently, episodes without one left out: the copies' observations
-    ``[M, D]``, each row's source row in ``obs`` ``[M]`` (its action and reward are the source's) and its episode
-    ``[M]`` (the copies' episodes numbered 0, 1, ..., contiguous)."""
+def with_relabelled_copies(relabeller: Relabeller, obs: torch.Tensor, episode: torch.Tensor, copies: int,
+                           generator: torch.Generator, *columns: torch.Tensor | None) -> tuple:
+    """Whole episodes (``obs [T, D]``, ``episode [T]`` numbered 0..n-1, contiguous) with ``copies`` relabelled copies
+    of each appended, each copy drawn independently, episodes without one left out: ``(obs, episode, *columns)``
+    enlarged, the copies' episodes numbered on after the sources' (contiguous), each of ``columns`` (an action, a
+    target, a group; None stays None) repeating its source row's values."""
     rows = torch.arange(len(episode), device=obs.device)
     n = int(episode.max()) + 1 if len(episode) else 0
-    out, source, numbers = [obs[:0]], [rows[:0]], [episode[:0]]
+    out, source, numbers = [obs], [], [episode[:0]]
     for c in range(copies):
         new, has = relabeller.relabel(obs, episode, generator)
         keep = has[episode]
         out.append(new[keep])
         source.append(rows[keep])
         numbers.append(episode[keep] + c * n)
-    number = torch.cat(numbers)
-    return torch.cat(out), torch.cat(source), torch.unique_consecutive(number, return_inverse=True)[1]
+    source = torch.cat(source) if source else rows[:0]
+    number = torch.unique_consecutive(torch.cat(numbers), return_inverse=True)[1] + n
+    return (torch.cat(out), torch.cat([episode, number]),
+            *(torch.cat([col, col[source]]) if col is not None else None for col in columns))
