@@ -43,3 +43,42 @@ def with_relabelled_copies(relabeller: Relabeller, obs: torch.Tensor, episode: t
     number = torch.unique_consecutive(torch.cat(numbers), return_inverse=True)[1] + n
     return (torch.cat(out), torch.cat([episode, number]),
             *(torch.cat([col, col[source]]) if col is not None else None for col in columns))
+
+
+class PlanarShift(Relabeller):
+    """The whole scene moved in the plane: every episode's absolute positions (the observation entries ``x`` and
+    ``y``, index lists of equal length) shifted by one offset drawn per episode, uniform in ``+-half_width`` [m] on
+    each axis; relative positions (an object from the grip point) are left as they are. For a task whose actions are
+    motions in the world frame (a Cartesian end-effector delta), the episode's actions carry out the shifted scene's
+    episode too, as far as the arm reaches: one demonstration becomes demonstrations at nearby layouts."""
+
+    def __init__(self, x: list[int], y: list[int], half_width: float):
+        if len(x) != len(y):
+            raise ValueError(f"PlanarShift: as many x entries as y entries, got {len(x)} and {len(y)}")
+        self.x, self.y = torch.tensor(x, dtype=torch.long), torch.tensor(y, dtype=torch.long)
+        self.half_width = float(half_width)
+
+    def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        n = int(episode.max()) + 1 if len(episode) else 0
+        offset = (torch.rand(n, 2, generator=generator, device=generator.device).to(obs.device) * 2 - 1) \
+            * self.half_width
+        out = obs.clone()
+        out[:, self.x.to(obs.device)] += offset[episode, :1].to(obs.dtype)
+        out[:, self.y.to(obs.device)] += offset[episode, 1:].to(obs.dtype)
+        return out, torch.ones(n, dtype=torch.bool, device=obs.device)
+
+
+class Chain(Relabeller):
+    """Relabellings applied one after the other: a copy of each; an episode has a copy where any of them gives one."""
+
+    def __init__(self, *relabellers: Relabeller):
+        self.relabellers = relabellers
+
+    def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        has = None
+        for r in self.relabellers:
+            obs, h = r.relabel(obs, episode, generator)
+            has = h if has is None else has | h
+        return obs, has

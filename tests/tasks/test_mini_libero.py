@@ -284,3 +284,43 @@ def test_renamed_episodes_do_what_their_new_instruction_says(minilm):
             checked += 1
     e.close()
     assert checked >= 20
+
+
+def test_relabel_shift_moves_the_scene_in_the_plane(minilm):
+    """``env.relabel_shift``: a copy is a renaming (as above) with every absolute x / y position moved by one offset
+    per episode within the bound (the grip point, the cubes, where they started, the plate, the tray); heights, the
+    positions from the grip point, the yaw features and the proprioception's rest kept, so the copy's cube positions
+    less its grip point are still its own relative entries. A negative shift is one user error."""
+    from embodied.core.errors import UserError
+
+    e = embodied.make_env("mini-libero", num_envs=4, seed=0, relabel_shift=0.05)
+    obs, _ = e.reset(seed=0)
+    steps = [obs["policy"]]
+    for _ in range(5):
+        obs = e.step(torch.rand(4, 7) * 2 - 1)[0]
+        steps.append(obs["policy"])
+    state = torch.stack(steps, 1).flatten(0, 1)  # [4 episodes x 6 steps, D]
+    episode = torch.arange(4).repeat_interleave(6)
+    copy, has = e.relabeller().relabel(state, episode, torch.Generator().manual_seed(0))
+    assert has.all()
+    cubes, new = state[:, 10:50].view(-1, 4, 10), copy[:, 10:50].view(-1, 4, 10)
+    # undo the renaming: each copied cube block is one source block, shifted in x / y (positions, starts)
+    sl = [0, 1, 8, 9]
+    offset = copy[:, :2] - state[:, :2]  # the grip point's
+    assert offset.abs().max() <= 0.05 + 1e-6 and offset.abs().max() > 0.01
+    for k in range(4):  # one offset per episode
+        assert torch.allclose(offset[6 * k:6 * k + 6], offset[6 * k].expand(6, 2), atol=1e-6)
+    for d in range(4):
+        shifted = new[:, d].clone()
+        shifted[:, sl] -= offset.repeat(1, 2)
+        for k in range(4):  # each episode its own renaming
+            rows = slice(6 * k, 6 * k + 6)
+            assert any(torch.allclose(shifted[rows], cubes[rows, c], atol=1e-6) for c in range(4))
+    for a in (50, 56):  # plate, tray: position shifted, height and position from the grip point kept
+        assert torch.allclose(copy[:, a:a + 2] - state[:, a:a + 2], offset, atol=1e-6)
+        assert torch.equal(copy[:, a + 2:a + 6], state[:, a + 2:a + 6])
+    assert torch.equal(copy[:, 2:10], state[:, 2:10])
+    assert torch.allclose(new[..., :3] - copy[:, None, :3], new[..., 3:6], atol=1e-5)  # still its relative entries
+    e.close()
+    with pytest.raises(UserError, match="relabel_shift"):
+        embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_shift=-0.01)

@@ -128,6 +128,10 @@ class MiniLiberoConfig(TabletopConfig):
     observation: str = "state"  # state | pixels
     image_size: int = 64  # [px] square camera images (pixels)
     success_bonus: float = 10.0
+    # [m] relabelled copies (``bc.relabel``, ``filtered-bc.relabel``) also move the whole scene by an offset drawn
+    # per copy, uniform in +-this on x and y (``core.relabel.PlanarShift``: every absolute position in the plane, the
+    # grip point's, the cubes', where they stood, the plate's and the tray's); 0: the colours renamed only
+    relabel_shift: float = 0.0
 
 
 def _layout_slots(layout: str, k: int, uniform) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -159,6 +163,8 @@ class MiniLiberoEnv(TabletopEnv):
                 raise UserError(f"{self.task_name}: unknown task(s) {', '.join(unknown)}; its tasks: "
                                 f"{', '.join(t.name for t in suite)}")
             suite = [t for t in suite if t.name in cfg.tasks]
+        if not cfg.relabel_shift >= 0:
+            raise UserError(f"relabel_shift is a distance [m]: >= 0, got {cfg.relabel_shift}")
         if cfg.phrasing not in ("train", "heldout"):
             raise UserError(f"phrasing must be train or heldout, got {cfg.phrasing!r}")
         if cfg.observation not in ("state", "pixels"):
@@ -387,7 +393,9 @@ class MiniLiberoEnv(TabletopEnv):
                       extras={"instructions": self.instructions.texts})
 
     def relabeller(self):
-        """The cubes' colours renamed (``renaming.py``); None with image observations."""
+        """The cubes' colours renamed (``renaming.py``), then with ``relabel_shift`` the scene moved in the plane;
+        None with image observations."""
+        from embodied.core.relabel import Chain, PlanarShift
         from embodied.tasks.manipulation.renaming import ColourRenaming
 
         if self.renderer is not None:
@@ -395,8 +403,14 @@ class MiniLiberoEnv(TabletopEnv):
         terms = self.layout().observation["policy"]
         start = dict(zip((t.name for t in terms), itertools.accumulate((t.size for t in terms), initial=0)))
         first = f"{COLOURS[0]}_cube"  # the cubes' terms follow it in colour order
-        return ColourRenaming(self.suite, self.instructions.table, self.instructions.index,
-                              (start[first], start[f"{COLOURS[1]}_cube"] - start[first]), start["instruction"])
+        renaming = ColourRenaming(self.suite, self.instructions.table, self.instructions.index,
+                                  (start[first], start[f"{COLOURS[1]}_cube"] - start[first]), start["instruction"])
+        if not self.cfg.relabel_shift:
+            return renaming
+        # the absolute x entries: the grip point, each cube's position and start, the plate's, the tray's (y: + 1)
+        x = [start["grip_pos"], *(start[f"{c}_cube"] + k for c in COLOURS for k in (0, 8)), start["plate_pos"],
+             start["tray_pos"]]
+        return Chain(renaming, PlanarShift(x, [i + 1 for i in x], self.cfg.relabel_shift))
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
         return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "cubes_xy",
