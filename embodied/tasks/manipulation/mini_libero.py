@@ -41,7 +41,6 @@ joints and velocities. ``info["instruction"]`` lists each env's instruction stri
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -400,16 +399,16 @@ class MiniLiberoEnv(TabletopEnv):
 
         if self.renderer is not None:
             return None
-        terms = self.layout().observation["policy"]
-        start = dict(zip((t.name for t in terms), itertools.accumulate((t.size for t in terms), initial=0)))
-        first = f"{COLOURS[0]}_cube"  # the cubes' terms follow it in colour order
+        at = self.layout().slices("policy")
+        cubes = [at[f"{c}_cube"] for c in COLOURS]  # consecutive, in colour order
         renaming = ColourRenaming(self.suite, self.instructions.table, self.instructions.index,
-                                  (start[first], start[f"{COLOURS[1]}_cube"] - start[first]), start["instruction"])
+                                  (cubes[0].start, cubes[0].stop - cubes[0].start), at["instruction"].start)
         if not self.cfg.relabel_shift:
             return renaming
-        # the absolute x entries: the grip point, each cube's position and start, the plate's, the tray's (y: + 1)
-        x = [start["grip_pos"], *(start[f"{c}_cube"] + k for c in COLOURS for k in (0, 8)), start["plate_pos"],
-             start["tray_pos"]]
+        # the absolute x entries (y: the next): the grip point, each cube's position and where it stood (its term's
+        # last two entries), the plate's, the tray's
+        x = [at["grip_pos"].start, *(i for c in cubes for i in (c.start, c.stop - 2)), at["plate_pos"].start,
+             at["tray_pos"].start]
         return Chain(renaming, PlanarShift(x, [i + 1 for i in x], self.cfg.relabel_shift))
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
