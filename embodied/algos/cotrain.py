@@ -3,12 +3,42 @@ what the demonstrations taught. One piece for every learner that offers it (``<a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
 from embodied.core.relabel import with_relabelled_copies
+
+
+@dataclass
+class CotrainConfig:
+    """An RL learner's co-training settings (its config inherits them: ``grpo.bc_coef``, ``ppo.bc_relabel``, ...)."""
+
+    bc_coef: float = 0.0  # weight of the cloning loss on demonstrations (needs data=PATH); 0: off
+    bc_batch_size: int = 256
+    # the loss the policy was cloned with (BC's ``obs_noise``, ``ground``, ``relabel``: state noise in standard
+    # deviations of the dataset's, a pointer policy's grounding cross-entropy, relabelled copies of every
+    # demonstration by the task's relabelling), as filtered-bc fine-tunes with them
+    bc_obs_noise: float = 0.0
+    bc_ground: float = 0.0
+    bc_relabel: int = 0
+
+
+def cotraining(cfg: CotrainConfig, ctx, policy: torch.nn.Module, device: torch.device, generator: torch.Generator,
+               what: str) -> DemoLoss | None:
+    """The co-training loss of the learner ``what`` (its ``cfg.bc_*`` settings over ``data=PATH``; the relabelled
+    copies drawn with ``generator``), or None with ``bc_coef`` 0."""
+    from embodied.algos.bc import relabel_copies
+
+    if not cfg.bc_coef > 0:
+        return None
+    return DemoLoss(ctx.data, policy, ctx.obs_space["policy"].shape[0], device, cfg.bc_batch_size,
+                    f"{what}.bc_coef", ctx.layout, obs_noise=cfg.bc_obs_noise, ground=cfg.bc_ground,
+                    relabeller=ctx.relabeller, relabel=relabel_copies(f"{what}.bc_relabel", cfg.bc_relabel, ctx),
+                    generator=generator)
 
 
 class RowRing:

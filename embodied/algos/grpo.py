@@ -25,7 +25,7 @@ from torch import nn
 
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Starts, Transition
 from embodied.algos.branch_starts import BranchStarts, BranchStartsConfig
-from embodied.algos.cotrain import DemoLoss
+from embodied.algos.cotrain import CotrainConfig, cotraining
 from embodied.algos.demo_starts import DemoStarts, DemoStartsConfig
 from embodied.algos.task_sampling import TaskSampler, TaskSamplingConfig
 from embodied.core.base import INSTRUCTED, TASK_ID
@@ -40,7 +40,7 @@ EPS = 1e-6
 
 
 @dataclass
-class GRPOConfig:
+class GRPOConfig(CotrainConfig):
     group_size: int = 8  # rollouts per initial state
     batch_groups: int = 0  # mixed-outcome groups an update waits for; 0: as many as one rollout holds
     max_fill_rollouts: int = 4  # rollouts dynamic sampling may wait over before it updates on what it has
@@ -51,8 +51,6 @@ class GRPOConfig:
     num_epochs: int = 4  # passes over an update's batch
     minibatch_tokens: int = 4096  # action tokens per gradient step
     max_grad_norm: float = 1.0
-    bc_coef: float = 0.0  # co-training: weight of the cloning loss on demonstrations (needs data=PATH)
-    bc_batch_size: int = 256
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
     task_sampling: TaskSamplingConfig = field(default_factory=TaskSamplingConfig)  # a suite's tasks by failures
@@ -269,12 +267,9 @@ class GRPO(SuccessRollouts):
 
     def __init__(self, cfg: GRPOConfig, ctx: BuildContext):
         super().__init__(cfg, ctx)
-        obs_dim = ctx.obs_space["policy"].shape[0]
         self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
         self.batch_groups = cfg.batch_groups or ctx.num_envs // cfg.group_size
-        self.demos = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.bc_batch_size, "grpo.bc_coef",
-                              ctx.layout) \
-            if cfg.bc_coef > 0 else None
+        self.demos = cotraining(cfg, ctx, self.pi, self.device, self.generator, "grpo")
         self.pending: list[dict[str, torch.Tensor]] = []  # kept groups' steps, waiting for an update
         self.fill_rollouts = 0
         self._kept_groups = 0  # mixed-outcome groups in ``pending``

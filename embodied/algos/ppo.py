@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
-from embodied.algos.cotrain import DemoLoss
+from embodied.algos.cotrain import CotrainConfig, cotraining
 from embodied.algos.gae import explained_variance, gae
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
@@ -24,7 +24,7 @@ from embodied.policies.normalizer import EmpiricalNormalizer
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(CotrainConfig):
     num_steps: int = 32  # rollout horizon per env per iteration
     num_epochs: int = 5
     num_minibatches: int = 4
@@ -41,8 +41,6 @@ class PPOConfig:
     # updates in which only the critic learns (VLA-RL's critic warm-up: a fine-tuned actor is not steered by a
     # random critic's advantages)
     critic_warmup: int = 0
-    bc_coef: float = 0.0  # co-training (RLinf-Co): weight of the cloning loss on demonstrations (needs data=PATH)
-    bc_batch_size: int = 256
     max_grad_norm: float = 1.0
     init_log_std: float = -0.5
     normalize_advantages: bool = True
@@ -107,9 +105,7 @@ class PPO(Algorithm):
         algo = cls(cfg, ctx.policy, ctx.obs_space, ctx.action_space, ctx.num_envs, ctx.device, ctx.seed,
                    total_steps=ctx.total_steps, image=ctx.image("policy"), critic_image=ctx.image(critic_group),
                    actor=actor, packer=PixelPacker.of(ctx.layout, "policy", ctx.obs_space["policy"].shape[0]))
-        if cfg.bc_coef > 0:
-            algo.demos = DemoLoss(ctx.data, algo.pi, ctx.obs_space["policy"].shape[0], algo.device,
-                                  cfg.bc_batch_size, "ppo.bc_coef", ctx.layout)
+        algo.demos = cotraining(cfg, ctx, algo.pi, algo.device, algo.generator, "ppo")
         return algo
 
     @property
