@@ -9,24 +9,18 @@ import torch
 import embodied
 
 
-def test_grpo_and_ppo_cotrain_with_bcs_loss(tmp_path, minilm, capsys):
+def test_grpo_and_ppo_cotrain_with_bcs_loss(tmp_path, mini_libero_demos, capsys):
     from embodied.algos.base import BuildContext
     from embodied.algos.bc import episode_grounding, state_noise_scale
     from embodied.algos.grpo import GRPO, GRPOConfig
     from embodied.algos.ppo import PPO, PPOConfig
-    from embodied.config import PolicyConfig, VLAConfig
+    from embodied.config import PolicyConfig
     from embodied.core.errors import UserError
     from embodied.core.relabel import with_relabelled_copies
     from embodied.core.settings import LEARNER, check_settings
-    from embodied.datasets import collect_demos, read_transitions
+    from embodied.datasets import collect_demos
 
-    collect_demos("mini-libero", 3, tmp_path / "d", num_envs=3, seed=0)
-    env = embodied.make_env("mini-libero", num_envs=4, seed=0)
-    ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
-                       PolicyConfig(arch="vla", vla=VLAConfig(state_encoder="pointers", head="continuous")),
-                       layout=env.layout(), success_metric="success", data=str(tmp_path / "d"),
-                       relabeller=env.relabeller())
-    data = read_transitions(tmp_path / "d", ["policy"])
+    env, ctx, data = mini_libero_demos.env, mini_libero_demos.ctx, mini_libero_demos.data
     state, t = data["state"], len(data["state"])
     episode = torch.cumsum(data["initial"].long(), 0) - 1
     for learner, config in ((GRPO, lambda **kw: GRPOConfig(group_size=2, **kw)), (PPO, PPOConfig)):

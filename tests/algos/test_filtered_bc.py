@@ -169,23 +169,15 @@ def test_filtered_bc_learns_point_reach_and_checkpoints_its_pool(tmp_path):
     assert state["algo"]["pool"]["filled"] > 0  # the pool is in the checkpoint
 
 
-def test_the_pool_clones_with_bcs_noise_and_grounding(tmp_path, minilm):
+def test_the_pool_clones_with_bcs_noise_and_grounding(mini_libero_demos):
     """``filtered-bc.ground`` / ``obs_noise``: the pool's loss is BC's, exactly: the cloning loss on noisy states plus
     the pointers' grounding cross-entropy, its labels read off each episode, the dataset's and each added one."""
-    from embodied.algos.base import BuildContext
     from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
     from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
-    from embodied.config import PolicyConfig, VLAConfig
-    from embodied.datasets import collect_demos, read_transitions
 
-    collect_demos("mini-libero", 3, tmp_path / "d", num_envs=3, seed=0)
-    env = embodied.make_env("mini-libero", num_envs=4, seed=0)
-    ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
-                       PolicyConfig(arch="vla", vla=VLAConfig(state_encoder="pointers", head="continuous")),
-                       layout=env.layout(), success_metric="success", data=str(tmp_path / "d"))
+    env, ctx, data = mini_libero_demos.env, mini_libero_demos.ctx, mini_libero_demos.data
     algo = FilteredBC(FilteredBCConfig(ground=1.0, obs_noise=0.05), ctx)
     pool, pi = algo.pool, algo.pi
-    data = read_transitions(tmp_path / "d", ["policy"])
     episode = torch.cumsum(data["initial"].long(), 0) - 1
     labels = episode_grounding(pi, data["state"], episode)
     assert torch.equal(pool.data["ground"], labels)
@@ -399,24 +391,17 @@ def test_the_run_ships_the_policy_its_rollouts_sample(tmp_path):
         SampledActor(algo.pi, 0.0)
 
 
-def test_relabelled_copies_join_the_pool_and_the_clone(tmp_path, minilm, capsys):
+def test_relabelled_copies_join_the_pool_and_the_clone(mini_libero_demos, capsys):
     """``filtered-bc.relabel`` / ``bc.relabel``: the relabelled copies of every demonstration, and of every episode
     added, join beside it with the source's action targets, grounding labels read off the copy (the renamed cubes),
     and the copies' episodes numbered on; a task without a relabelling makes none and says so in one line."""
     from embodied.algos.base import BuildContext
     from embodied.algos.bc import BC, BCConfig, episode_grounding
     from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
-    from embodied.config import PolicyConfig, VLAConfig
+    from embodied.config import PolicyConfig
     from embodied.core.errors import UserError
-    from embodied.datasets import collect_demos, read_transitions
 
-    collect_demos("mini-libero", 3, tmp_path / "d", num_envs=3, seed=0)
-    env = embodied.make_env("mini-libero", num_envs=4, seed=0)
-    ctx = BuildContext(env.single_observation_space, env.single_action_space, 4, torch.device("cpu"), 0, 1000,
-                       PolicyConfig(arch="vla", vla=VLAConfig(state_encoder="pointers", head="continuous")),
-                       layout=env.layout(), success_metric="success", data=str(tmp_path / "d"),
-                       relabeller=env.relabeller())
-    data = read_transitions(tmp_path / "d", ["policy"])
+    ctx, data = mini_libero_demos.ctx, mini_libero_demos.data
     t = len(data["state"])
     algo = FilteredBC(FilteredBCConfig(ground=1.0, relabel=2), ctx)
     pool, pi = algo.pool, algo.pi
