@@ -232,34 +232,43 @@ def test_episodes_report_the_entities_their_instruction_names(minilm):
     assert checked >= 8
 
 
-def test_renamed_episodes_do_what_their_new_instruction_says(minilm):
+@pytest.mark.parametrize("surfaces", [False, True])
+def test_renamed_episodes_do_what_their_new_instruction_says(minilm, surfaces):
     """``MiniLiberoEnv.relabeller``: each task's renamings, exactly (a spatial or object task under every other
     permutation of the colours, and the grid's plate task also as ``goal-red-plate``; a tray task only where red goes
-    to red or yellow; the stack only with green and blue kept; the lift only with blue kept); a copy moves every cube's
-    entries to its new colour's and changes nothing else but the instruction; and on the expert's successful episodes
-    the copy's new instruction names the cube the copy moved and what it came to rest on (``grounding_labels``)."""
+    to red or yellow; the stack only with green and blue kept; the lift only with blue kept; with
+    ``relabel_surfaces`` each of those also with the plate and the tray swapped, where that is a task of the suite
+    and the episode's goal is not the tray); a copy moves every cube's entries to its new colour's (and swaps the
+    plate's and the tray's entries with the surfaces) and changes nothing else but the instruction; and on the
+    expert's successful episodes the copy's new instruction names the cube the copy moved and what it came to rest on
+    (``grounding_labels``)."""
     from embodied.algos.bc import grounding_labels
     from embodied.datasets import record_episodes
     from embodied.tasks.manipulation.mini_libero import COLOURS
 
     names = ["goal-stack-green-blue", "goal-red-tray", "goal-lift-blue", "object-yellow", "spatial-leftmost",
              "goal-red-plate"]
-    e = embodied.make_env("mini-libero", num_envs=6, seed=0, tasks=names)
+    e = embodied.make_env("mini-libero", num_envs=6, seed=0, tasks=names, relabel_surfaces=surfaces)
     r = e.relabeller()
     # within this 6-task suite: red on the plate in the grid is object-yellow once red is called yellow (6 renamings)
-    # and itself under the 5 others that keep red; the tray: only red kept (yellow-tray is not in this suite)
+    # and itself under the 5 others that keep red; the tray: only red kept (yellow-tray is not in this suite). With
+    # the surfaces swapped too: a plate task becomes red-tray under the 6 renamings that call its cube red, the stack
+    # and the lift are themselves under each of their renamings with the surfaces swapped
     want = {"goal-stack-green-blue": 1, "goal-red-tray": 5, "goal-lift-blue": 5, "object-yellow": 11,
             "spatial-leftmost": 23, "goal-red-plate": 11}
+    if surfaces:
+        want.update({"goal-stack-green-blue": 3, "goal-lift-blue": 11, "object-yellow": 17, "goal-red-plate": 17})
     assert {n: int(c) for n, c in zip(e.task_names, r.count)} == want
-    full = embodied.make_env("mini-libero", num_envs=1, seed=0).relabeller()
-    assert full.count.tolist() == [23] * 4 + [29] * 5 + [11, 1, 11, 5]
+    full = embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_surfaces=surfaces).relabeller()
+    assert full.count.tolist() == ([23] * 4 + [41] * 5 + [11, 3, 11, 11] if surfaces else
+                                   [23] * 4 + [29] * 5 + [11, 1, 11, 5])
     episodes = record_episodes(e, TASKS.get("mini-libero").expert(e, seed=0), 12, seed=1)
     starts = [s.start for name, s in e.layout().slices("policy").items()
               if name.endswith("_cube") or name in ("plate_pos", "tray_pos")]
     table, texts = e.instructions.table, e.instructions.texts
     task_of = {s: t for t in TASK_LIST for s in (*t.phrasings, *t.paraphrases)}
     g = torch.Generator().manual_seed(0)
-    checked = 0
+    checked = swaps = 0
     for ep in episodes:
         state = torch.as_tensor(ep["observations"]["policy"])[:-1]
         zeros = torch.zeros(len(state), dtype=torch.long)
@@ -269,7 +278,14 @@ def test_renamed_episodes_do_what_their_new_instruction_says(minilm):
             assert bool(has[0])
             new = task_of[texts[int((table @ copy[0, 62:]).argmax())]]
             assert new.name in names and new.layout == old.layout and not torch.equal(copy, state)
-            assert torch.equal(copy[:, :10], state[:, :10]) and torch.equal(copy[:, 50:62], state[:, 50:62])
+            assert torch.equal(copy[:, :10], state[:, :10])
+            plate, tray = state[:, 50:56], state[:, 56:62]
+            swapped = torch.equal(copy[:, 50:56], tray) and torch.equal(copy[:, 56:62], plate)
+            assert swapped or (torch.equal(copy[:, 50:56], plate) and torch.equal(copy[:, 56:62], tray))
+            assert not swapped or (surfaces and old.goal != "tray")
+            if old.goal in ("plate", "tray"):
+                assert swapped == (new.goal != old.goal)
+                swaps += swapped
             blocks, moved_to = state[:, 10:50].view(-1, 4, 10), copy[:, 10:50].view(-1, 4, 10)
             perm = [next(d for d in range(4) if torch.equal(moved_to[:, d], blocks[:, c])) for c in range(4)]
             assert sorted(perm) == [0, 1, 2, 3]
@@ -283,7 +299,7 @@ def test_renamed_episodes_do_what_their_new_instruction_says(minilm):
             assert onto == goal
             checked += 1
     e.close()
-    assert checked >= 20
+    assert checked >= 20 and (swaps > 0) == surfaces
 
 
 def test_relabel_shift_moves_the_scene_in_the_plane(minilm):

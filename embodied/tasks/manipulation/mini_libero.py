@@ -131,6 +131,9 @@ class MiniLiberoConfig(TabletopConfig):
     # per copy, uniform in +-this on x and y (``core.relabel.PlanarShift``: every absolute position in the plane, the
     # grip point's, the cubes', where they stood, the plate's and the tray's); 0: the colours renamed only
     relabel_shift: float = 0.0
+    # relabelled copies may also swap the plate's and the tray's names (their state entries exchanged): a cube put on
+    # the plate is then a cube put on the tray (``renaming.py``)
+    relabel_surfaces: bool = False
 
 
 def _layout_slots(layout: str, k: int, uniform) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -392,8 +395,8 @@ class MiniLiberoEnv(TabletopEnv):
                       extras={"instructions": self.instructions.texts})
 
     def relabeller(self):
-        """The cubes' colours renamed (``renaming.py``), then with ``relabel_shift`` the scene moved in the plane;
-        None with image observations."""
+        """The cubes' colours renamed (``renaming.py``; with ``relabel_surfaces`` the plate's and the tray's too), then
+        with ``relabel_shift`` the scene moved in the plane; None with image observations."""
         from embodied.core.relabel import Chain, PlanarShift
         from embodied.tasks.manipulation.renaming import ColourRenaming
 
@@ -401,8 +404,11 @@ class MiniLiberoEnv(TabletopEnv):
             return None
         at = self.layout().slices("policy")
         cubes = [at[f"{c}_cube"] for c in COLOURS]  # consecutive, in colour order
+        plate, tray = at["plate_pos"], at["tray_pos"]
         renaming = ColourRenaming(self.suite, self.instructions.table, self.instructions.index,
-                                  (cubes[0].start, cubes[0].stop - cubes[0].start), at["instruction"].start)
+                                  (cubes[0].start, cubes[0].stop - cubes[0].start), at["instruction"].start,
+                                  (plate.start, tray.start, plate.stop - plate.start) if self.cfg.relabel_surfaces
+                                  else None)
         if not self.cfg.relabel_shift:
             return renaming
         # the absolute x entries (y: the next): the grip point, each cube's position and where it stood (its term's

@@ -3,8 +3,11 @@ colours renamed by a permutation (each cube's state entries moved to the entries
 episode of the instruction that names the renamed cubes, where the suite has one: a demonstration of putting the red
 cube on the plate in the 2 x 2 grid is one of putting the green cube there (``object-green``) once red is called green;
 of stacking green on blue, only under renamings that keep green and blue; a spatial task's cube is named by where it
-stands, so every renaming keeps its task (and teaches that the colour does not matter). The renamed instruction is
-drawn from the new task's training phrasings. State observations only (an image would have to be recoloured)."""
+stands, so every renaming keeps its task (and teaches that the colour does not matter). With ``surfaces`` the plate
+and the tray may also swap names (their state entries exchanged): a cube put on the plate is then one put on the
+tray (the tray's face is the larger, so it stays a success; a tray episode is not renamed into a plate one, whose
+face may not hold it). The renamed instruction is drawn from the new task's training phrasings. State observations
+only (an image would have to be recoloured)."""
 
 from __future__ import annotations
 
@@ -18,29 +21,42 @@ from embodied.tasks.manipulation.mini_libero import COLOURS
 MATCH = 0.999  # an episode's instruction is the table row whose embedding it matches this well (unit vectors)
 
 
-def renamed(name: str, perm: tuple[int, ...]) -> str:
-    """A task's target or goal with colour ``c`` called ``COLOURS[perm[c]]`` (slots, plate, tray, lift unchanged)."""
-    return COLOURS[perm[COLOURS.index(name)]] if name in COLOURS else name
+SURFACES = ("plate", "tray")
+
+
+def renamed(name: str, perm: tuple[int, ...], swap: bool = False) -> str:
+    """A task's target or goal with colour ``c`` called ``COLOURS[perm[c]]`` and with ``swap`` the plate called the
+    tray and the tray the plate (slots and lift unchanged)."""
+    if name in COLOURS:
+        return COLOURS[perm[COLOURS.index(name)]]
+    return SURFACES[1 - SURFACES.index(name)] if swap and name in SURFACES else name
 
 
 class ColourRenaming(Relabeller):
     """``suite``: the env's tasks (``MiniTask``); ``table [K, 384]`` the instruction embeddings and ``index`` each
     instruction string's row; the policy observation's cubes at ``cubes`` (``[start, entries per cube]``, colour
-    order) and its instruction embedding at ``text`` (its start)."""
+    order) and its instruction embedding at ``text`` (its start); with ``surfaces`` (``[plate start, tray start,
+    entries each]``) the plate and the tray may swap names too."""
 
-    def __init__(self, suite, table: torch.Tensor, index: dict[str, int], cubes: tuple[int, int], text: int):
+    def __init__(self, suite, table: torch.Tensor, index: dict[str, int], cubes: tuple[int, int], text: int,
+                 surfaces: tuple[int, int, int] | None = None):
         self.table = table
         self.cube_start, self.cube_size = cubes
         self.text = slice(text, text + table.shape[1])
-        self.perms = torch.tensor(list(itertools.permutations(range(len(COLOURS)))))  # [24, 4]; 0: the identity
+        self.surfaces = surfaces
+        colour_perms = list(itertools.permutations(range(len(COLOURS))))  # 0: the identity
+        # the renamings: a permutation of the colours, and whether the plate and the tray swap names
+        self.perms = torch.tensor(colour_perms * (2 if surfaces else 1))  # [24 or 48, 4]
+        self.swaps = torch.arange(len(self.perms)) >= len(colour_perms)
         self.row_task = torch.full((len(table),), -1, dtype=torch.long)
         for i, t in enumerate(suite):
             for s in (*t.phrasings, *t.paraphrases):
                 self.row_task[index[s]] = i
         # per task, every (renaming, new task) pair whose episode it can become, itself unrenamed left out
-        pairs = [[(g, j) for g, p in enumerate(self.perms.tolist()) for j, u in enumerate(suite)
-                  if (g, j) != (0, i) and u.layout == t.layout and u.target == renamed(t.target, p)
-                  and u.goal == renamed(t.goal, p)] for i, t in enumerate(suite)]
+        pairs = [[(g, j) for g, (p, w) in enumerate(zip(self.perms.tolist(), self.swaps.tolist()))
+                  for j, u in enumerate(suite)
+                  if (g, j) != (0, i) and u.layout == t.layout and u.target == renamed(t.target, p, w)
+                  and u.goal == renamed(t.goal, p, w) and not (w and t.goal == "tray")] for i, t in enumerate(suite)]
         width = max(1, max(map(len, pairs)))
         self.count = torch.tensor([len(p) for p in pairs])
         self.pairs = torch.tensor([[*p, *[(0, 0)] * (width - len(p))] for p in pairs], dtype=torch.long)  # [n, w, 2]
@@ -70,6 +86,12 @@ class ColourRenaming(Relabeller):
         a, w = self.cube_start, self.cube_size
         index = torch.arange(obs.shape[1], device=dev).repeat(n, 1)
         index[:, a:a + len(COLOURS) * w] = (a + w * source[:, :, None] + torch.arange(w, device=dev)).flatten(1)
+        if self.surfaces:  # the plate's entries and the tray's exchanged where the renaming swaps them
+            plate, tray, size = self.surfaces
+            swap = (has & self.swaps.to(dev)[perm])[:, None]
+            ps, ts = torch.arange(plate, plate + size, device=dev), torch.arange(tray, tray + size, device=dev)
+            index[:, plate:plate + size] = torch.where(swap, ts, ps)
+            index[:, tray:tray + size] = torch.where(swap, ps, ts)
         out = obs.gather(1, index[episode])
         text = torch.where(has[:, None], self.table.to(dev)[phrase], obs[first, self.text])
         out[:, self.text] = text[episode]
