@@ -14,28 +14,29 @@ import torch
 
 
 class Relabeller(abc.ABC):
-    """A suite's relabelling of whole episodes of policy observations."""
+    """A suite's relabelling of recorded episodes of policy observations."""
 
     @abc.abstractmethod
     def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [T, D]``: the policy observations of whole episodes (``episode [T]``: each step's episode, numbered
-        0..n-1, contiguous). Returns one relabelled copy of every episode, drawn at random, ``[T, D]``, and per
-        episode whether it has one ``[n]`` (an episode without one comes back unchanged)."""
+        0..n-1, contiguous). Returns one relabelled copy of every episode, drawn at random, ``[T, D]``, and the rows
+        of it that stand ``[T]``: all of an episode's rows where its copy is the whole episode, its first rows where
+        the copy is a prefix of it (what the episode had done by then is a task of its own), none where the episode
+        has no copy."""
 
 
 def with_relabelled_copies(relabeller: Relabeller, obs: torch.Tensor, episode: torch.Tensor, copies: int,
                            generator: torch.Generator, *columns: torch.Tensor | None) -> tuple:
     """Whole episodes (``obs [T, D]``, ``episode [T]`` numbered 0..n-1, contiguous) with ``copies`` relabelled copies
-    of each appended, each copy drawn independently, episodes without one left out: ``(obs, episode, *columns)``
-    enlarged, the copies' episodes numbered on after the sources' (contiguous), each of ``columns`` (an action, a
-    target, a group; None stays None) repeating its source row's values."""
+    of each appended (the rows of each that stand), each copy drawn independently, episodes without one left out:
+    ``(obs, episode, *columns)`` enlarged, the copies' episodes numbered on after the sources' (contiguous), each of
+    ``columns`` (an action, a target, a group; None stays None) repeating its source row's values."""
     rows = torch.arange(len(episode), device=obs.device)
     n = int(episode.max()) + 1 if len(episode) else 0
     out, source, numbers = [obs], [], [episode[:0]]
     for c in range(copies):
-        new, has = relabeller.relabel(obs, episode, generator)
-        keep = has[episode]
+        new, keep = relabeller.relabel(obs, episode, generator)
         out.append(new[keep])
         source.append(rows[keep])
         numbers.append(episode[keep] + c * n)
@@ -66,19 +67,24 @@ class PlanarShift(Relabeller):
         out = obs.clone()
         out[:, self.x.to(obs.device)] += offset[episode, :1].to(obs.dtype)
         out[:, self.y.to(obs.device)] += offset[episode, 1:].to(obs.dtype)
-        return out, torch.ones(n, dtype=torch.bool, device=obs.device)
+        return out, torch.ones(len(episode), dtype=torch.bool, device=obs.device)
 
 
 class Chain(Relabeller):
-    """Relabellings applied one after the other: a copy of each; an episode has a copy where any of them gives one."""
+    """Relabellings applied one after the other: a copy of each; an episode has a copy where any of them gives one,
+    and it keeps the rows that every one of them that gave one keeps (a prefix stays a prefix)."""
 
     def __init__(self, *relabellers: Relabeller):
         self.relabellers = relabellers
 
     def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        has = None
+        n = int(episode.max()) + 1 if len(episode) else 0
+        gave = torch.zeros(n, dtype=torch.bool, device=obs.device)
+        keep = torch.ones(len(episode), dtype=torch.bool, device=obs.device)
         for r in self.relabellers:
-            obs, h = r.relabel(obs, episode, generator)
-            has = h if has is None else has | h
-        return obs, has
+            obs, k = r.relabel(obs, episode, generator)
+            g = torch.zeros(n, dtype=torch.long, device=obs.device).index_add_(0, episode, k.long()) > 0
+            gave |= g
+            keep &= k | ~g[episode]
+        return obs, keep & gave[episode]

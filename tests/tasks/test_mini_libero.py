@@ -340,3 +340,53 @@ def test_relabel_shift_moves_the_scene_in_the_plane(minilm):
     e.close()
     with pytest.raises(UserError, match="relabel_shift"):
         embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_shift=-0.01)
+
+
+def test_lift_prefixes_are_episodes_of_the_lift(minilm):
+    """``env.relabel_lifts``: with share 1 every copy of an episode whose task moves a cube named by its colour (in
+    the lift's layout) is the lift: the episode's steps before the cube renamed blue is first 10 cm up (exactly
+    those; none where it never is), its cube blocks a renaming that calls the moved cube blue, the lift's
+    instruction, and grounding labels of the lift (blue, onto nothing); other tasks' copies are whole renamings. A
+    share outside [0, 1] is one user error."""
+    from embodied.algos.bc import grounding_labels
+    from embodied.core.errors import UserError
+    from embodied.datasets import record_episodes
+    from embodied.tasks.manipulation.mini_libero import COLOURS, LIFT_HEIGHT
+
+    names = ["object-red", "goal-stack-green-blue", "goal-lift-blue", "spatial-leftmost"]
+    e = embodied.make_env("mini-libero", num_envs=4, seed=0, tasks=names, relabel_lifts=1.0)
+    r = e.relabeller()
+    assert dict(zip(e.task_names, r.lift_count.tolist())) == {"spatial-leftmost": 0, "object-red": 6,
+                                                             "goal-stack-green-blue": 6, "goal-lift-blue": 0}
+    episodes = record_episodes(e, TASKS.get("mini-libero").expert(e, seed=0), 12, seed=1)
+    table, texts = e.instructions.table, e.instructions.texts
+    task_of = {s: t for t in TASK_LIST for s in (*t.phrasings, *t.paraphrases)}
+    starts = [s.start for name, s in e.layout().slices("policy").items()
+              if name.endswith("_cube") or name in ("plate_pos", "tray_pos")]
+    g = torch.Generator().manual_seed(0)
+    prefixes = 0
+    for ep in episodes:
+        state = torch.as_tensor(ep["observations"]["policy"])[:-1]
+        zeros = torch.zeros(len(state), dtype=torch.long)
+        old = task_of[texts[int((table @ state[0, 62:]).argmax())]]
+        copy, keep = r.relabel(state, zeros, g)
+        new = task_of[texts[int((table @ copy[0, 62:]).argmax())]]
+        if old.group == "spatial" or old.goal == "lift":  # whole renamings of their own kind
+            assert keep.all() and new.layout == old.layout and (old.goal != "lift" or new.name == old.name)
+            continue
+        assert new.name == "goal-lift-blue"
+        source = state[:, 10:50].view(-1, 4, 10)[:, COLOURS.index(old.target)]
+        assert torch.equal(copy[:, 10:50].view(-1, 4, 10)[:, COLOURS.index("blue")], source)  # the moved cube
+        up = (source[:, 2] > LIFT_HEIGHT).nonzero()
+        if not len(up):
+            assert not keep.any()
+            continue
+        assert keep.tolist() == [i < int(up[0]) for i in range(len(state))] and int(up[0]) > 10
+        position = torch.stack([copy[keep, a:a + 3] for a in starts], 1)
+        moved, onto = (int(x[0]) for x in grounding_labels(position, zeros[keep]))
+        assert (moved, onto) == (COLOURS.index("blue"), -1)
+        prefixes += 1
+    e.close()
+    assert prefixes >= 3
+    with pytest.raises(UserError, match="relabel_lifts"):
+        embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_lifts=1.5)

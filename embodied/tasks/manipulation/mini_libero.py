@@ -134,6 +134,10 @@ class MiniLiberoConfig(TabletopConfig):
     # relabelled copies may also swap the plate's and the tray's names (their state entries exchanged): a cube put on
     # the plate is then a cube put on the tray (``renaming.py``)
     relabel_surfaces: bool = False
+    # this share of the relabelled copies of an episode that moves a cube named by its colour are copies of its steps
+    # before the cube is first 10 cm up as an episode of the lift, the cube renamed to the lift's (``renaming.py``:
+    # every carry lifts its cube to 14 cm); 0: none
+    relabel_lifts: float = 0.0
 
 
 def _layout_slots(layout: str, k: int, uniform) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,6 +169,8 @@ class MiniLiberoEnv(TabletopEnv):
                 raise UserError(f"{self.task_name}: unknown task(s) {', '.join(unknown)}; its tasks: "
                                 f"{', '.join(t.name for t in suite)}")
             suite = [t for t in suite if t.name in cfg.tasks]
+        if not 0 <= cfg.relabel_lifts <= 1:
+            raise UserError(f"relabel_lifts is a share of the relabelled copies: in [0, 1], got {cfg.relabel_lifts}")
         if not cfg.relabel_shift >= 0:
             raise UserError(f"relabel_shift is a distance [m]: >= 0, got {cfg.relabel_shift}")
         if cfg.phrasing not in ("train", "heldout"):
@@ -395,8 +401,9 @@ class MiniLiberoEnv(TabletopEnv):
                       extras={"instructions": self.instructions.texts})
 
     def relabeller(self):
-        """The cubes' colours renamed (``renaming.py``; with ``relabel_surfaces`` the plate's and the tray's too), then
-        with ``relabel_shift`` the scene moved in the plane; None with image observations."""
+        """The cubes' colours renamed (``renaming.py``; with ``relabel_surfaces`` the plate's and the tray's too, with
+        ``relabel_lifts`` prefixes as the lift), then with ``relabel_shift`` the scene moved in the plane; None with
+        image observations."""
         from embodied.core.relabel import Chain, PlanarShift
         from embodied.tasks.manipulation.renaming import ColourRenaming
 
@@ -408,7 +415,7 @@ class MiniLiberoEnv(TabletopEnv):
         renaming = ColourRenaming(self.suite, self.instructions.table, self.instructions.index,
                                   (cubes[0].start, cubes[0].stop - cubes[0].start), at["instruction"].start,
                                   (plate.start, tray.start, plate.stop - plate.start) if self.cfg.relabel_surfaces
-                                  else None)
+                                  else None, lifts=self.cfg.relabel_lifts)
         if not self.cfg.relabel_shift:
             return renaming
         # the absolute x entries (y: the next): the grip point, each cube's position and where it stood (its term's

@@ -6,8 +6,10 @@ of stacking green on blue, only under renamings that keep green and blue; a spat
 stands, so every renaming keeps its task (and teaches that the colour does not matter). With ``surfaces`` the plate
 and the tray may also swap names (their state entries exchanged): a cube put on the plate is then one put on the
 tray (the tray's face is the larger, so it stays a success; a tray episode is not renamed into a plate one, whose
-face may not hold it). The renamed instruction is drawn from the new task's training phrasings. State observations
-only (an image would have to be recoloured)."""
+face may not hold it). With ``lifts`` a pick-and-place episode also holds the suite's lift: its cube, carried at 14
+cm, is ``Lifted`` once its centre is 10 cm over the table, so the episode's steps before that, with the cube renamed
+to the lift's, are an episode of the lift (a prefix copy). The renamed instruction is drawn from the new task's
+training phrasings. State observations only (an image would have to be recoloured)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import itertools
 import torch
 
 from embodied.core.relabel import Relabeller
-from embodied.tasks.manipulation.mini_libero import COLOURS
+from embodied.tasks.manipulation.mini_libero import COLOURS, LIFT_HEIGHT
 
 MATCH = 0.999  # an episode's instruction is the table row whose embedding it matches this well (unit vectors)
 
@@ -32,14 +34,23 @@ def renamed(name: str, perm: tuple[int, ...], swap: bool = False) -> str:
     return SURFACES[1 - SURFACES.index(name)] if swap and name in SURFACES else name
 
 
+def _table(pairs: list[list[tuple[int, int]]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per task a list of (renaming, new task) pairs as their counts ``[n]`` and a padded table ``[n, w, 2]``."""
+    width = max(1, max(map(len, pairs)))
+    return (torch.tensor([len(p) for p in pairs]),
+            torch.tensor([[*p, *[(0, 0)] * (width - len(p))] for p in pairs], dtype=torch.long))
+
+
 class ColourRenaming(Relabeller):
     """``suite``: the env's tasks (``MiniTask``); ``table [K, 384]`` the instruction embeddings and ``index`` each
     instruction string's row; the policy observation's cubes at ``cubes`` (``[start, entries per cube]``, colour
     order) and its instruction embedding at ``text`` (its start); with ``surfaces`` (``[plate start, tray start,
-    entries each]``) the plate and the tray may swap names too."""
+    entries each]``) the plate and the tray may swap names too; with ``lifts`` > 0 that share of the copies of an
+    episode whose task moves a cube named by its colour are prefix copies of the lift (drawn from its renamings
+    that call that cube the lift's; the cube's height: entry 2 of its block)."""
 
     def __init__(self, suite, table: torch.Tensor, index: dict[str, int], cubes: tuple[int, int], text: int,
-                 surfaces: tuple[int, int, int] | None = None):
+                 surfaces: tuple[int, int, int] | None = None, lifts: float = 0.0):
         self.table = table
         self.cube_start, self.cube_size = cubes
         self.text = slice(text, text + table.shape[1])
@@ -57,9 +68,14 @@ class ColourRenaming(Relabeller):
                   for j, u in enumerate(suite)
                   if (g, j) != (0, i) and u.layout == t.layout and u.target == renamed(t.target, p, w)
                   and u.goal == renamed(t.goal, p, w) and not (w and t.goal == "tray")] for i, t in enumerate(suite)]
-        width = max(1, max(map(len, pairs)))
-        self.count = torch.tensor([len(p) for p in pairs])
-        self.pairs = torch.tensor([[*p, *[(0, 0)] * (width - len(p))] for p in pairs], dtype=torch.long)  # [n, w, 2]
+        self.count, self.pairs = _table(pairs)  # [n], [n, w, 2]
+        # per task, the (colour renaming, lift) pairs whose renaming calls its cube the lift's: its prefix copies
+        self.lifts = lifts
+        self.lift_count, self.lift_pairs = _table(
+            [[(g, j) for g, p in enumerate(colour_perms) for j, u in enumerate(suite)
+              if u.goal == "lift" != t.goal and u.layout == t.layout and t.target in COLOURS
+              and u.target == renamed(t.target, p)] for t in suite])
+        self.lifted = torch.tensor([COLOURS.index(t.target) if t.goal == "lift" else -1 for t in suite])
         phr = [[index[s] for s in t.phrasings] for t in suite]
         self.phrase_count = torch.tensor([len(p) for p in phr])
         self.phrase_rows = torch.tensor([[*p, *[p[0]] * (max(map(len, phr)) - len(p))] for p in phr])
@@ -77,6 +93,15 @@ class ColourRenaming(Relabeller):
         has = count > 0
         k = (torch.rand(n, generator=generator, device=generator.device).to(dev) * count).long()
         pair = self.pairs.to(dev)[task.clamp_min(0), k.clamp_max(self.pairs.shape[1] - 1)]  # [n, 2]
+        cut = torch.zeros(n, dtype=torch.bool, device=dev)
+        if self.lifts:  # a prefix copy of the lift instead, with that chance, where the episode's task has one
+            lift_count = torch.where(task >= 0, self.lift_count.to(dev)[task.clamp_min(0)], 0)
+            u = torch.rand(n, 2, generator=generator, device=generator.device).to(dev)
+            cut = (u[:, 0] < self.lifts) & (lift_count > 0)
+            lift = self.lift_pairs.to(dev)[task.clamp_min(0), (u[:, 1] * lift_count).long().clamp_max(
+                self.lift_pairs.shape[1] - 1)]
+            pair = torch.where(cut[:, None], lift, pair)
+            has = has | cut
         perm, new = pair[:, 0], pair[:, 1]
         v = torch.rand(n, generator=generator, device=generator.device).to(dev)
         phrase = self.phrase_rows.to(dev)[new, (v * self.phrase_count.to(dev)[new]).long()]
@@ -95,4 +120,11 @@ class ColourRenaming(Relabeller):
         out = obs.gather(1, index[episode])
         text = torch.where(has[:, None], self.table.to(dev)[phrase], obs[first, self.text])
         out[:, self.text] = text[episode]
-        return out, has
+        keep = has[episode]
+        if bool(cut.any()):  # a prefix copy keeps the steps before the renamed cube is first lifted (none if never)
+            height = out.gather(1, (a + w * self.lifted.to(dev)[new].clamp_min(0) + 2)[episode, None]).squeeze(1)
+            up = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(
+                0, episode, torch.where(height > LIFT_HEIGHT, t, len(episode)), "amin")
+            keep &= ~cut[episode] | (t < up[episode])
+            keep &= ~(cut & (up == len(episode)))[episode]
+        return out, keep
