@@ -137,8 +137,9 @@ class MiniLiberoConfig(TabletopConfig):
     relabel_surfaces: bool = False
     # this share of the relabelled copies of an episode that moves a cube named by its colour are copies of its steps
     # before the cube is first 10 cm up as an episode of the lift, the cube renamed to the lift's (``renaming.py``:
-    # every carry lifts its cube to 14 cm); 0: none. 1 demo a task, seed 0, 0.125: the lift after filtered-bc 0 -> 0.67,
-    # the suite 30.0 -> 27.7% (BC 11.5 -> 12.3%; issue 13, stop 75): off
+    # every carry lifts its cube to 14 cm); 0: none. 1 demo a task, seeds 0 / 1, 0.125: the lift after filtered-bc 0 ->
+    # 0.67 / 0.50, the suite 30.0 / 36.2 -> 27.7 / 36.9% from clones of 11.5 / 14.6 -> 12.3 / 19.2% (issue 13, stop 75):
+    # off
     relabel_lifts: float = 0.0
 
 
