@@ -423,8 +423,7 @@ class MiniLiberoEnv(TabletopEnv):
             return renaming
         # the absolute x entries (y: the next): the grip point, each cube's position and where it stood (its term's
         # last two entries), the plate's, the tray's
-        x = [at["grip_pos"].start, *(i for c in cubes for i in (c.start, c.stop - 2)), at["plate_pos"].start,
-             at["tray_pos"].start]
+        x = [at["grip_pos"].start, *(i for c in cubes for i in (c.start, c.stop - 2)), plate.start, tray.start]
         return Chain(renaming, PlanarShift(x, [i + 1 for i in x], self.cfg.relabel_shift))
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)

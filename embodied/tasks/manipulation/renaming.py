@@ -18,12 +18,12 @@ import itertools
 import torch
 
 from embodied.core.relabel import Relabeller
-from embodied.tasks.manipulation.mini_libero import COLOURS, LIFT_HEIGHT
+from embodied.tasks.manipulation.mini_libero import COLOURS, LIFT_HEIGHT, SUPPORTS
 
 MATCH = 0.999  # an episode's instruction is the table row whose embedding it matches this well (unit vectors)
 
 
-SURFACES = ("plate", "tray")
+SURFACES = SUPPORTS[:2]  # plate, tray
 
 
 def renamed(name: str, perm: tuple[int, ...], swap: bool = False) -> str:
@@ -125,6 +125,5 @@ class ColourRenaming(Relabeller):
             height = out.gather(1, (a + w * self.lifted.to(dev)[new].clamp_min(0) + 2)[episode, None]).squeeze(1)
             up = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(
                 0, episode, torch.where(height > LIFT_HEIGHT, t, len(episode)), "amin")
-            keep &= ~cut[episode] | (t < up[episode])
-            keep &= ~(cut & (up == len(episode)))[episode]
+            keep &= ~cut[episode] | ((t < up[episode]) & (up < len(episode))[episode])
         return out, keep
