@@ -56,6 +56,9 @@ class VLAConfig:
     # with pointers: each pointer hands the trunk exactly the one object it scores highest (a one-hot of the argmax,
     # trained straight-through: the softmax's gradient), in training and acting alike, instead of the softmax mixture
     hard_pointers: bool = False
+    # the instruction embedding's features the trunk reads directly beside what the pointers hand it; 0: none (the
+    # instruction acts only through the pointers' choice of objects: needs state_encoder=pointers)
+    text_features: int = 128
 
 
 @dataclass

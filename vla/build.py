@@ -60,7 +60,8 @@ def build_vla(ctx, act_dim: int, announce: bool = True) -> VLAPolicy:
                            terms=state_terms(ctx.layout) if encoder != "mlp" else None,
                            state_encoder=encoder if encoder != "mlp" else "tokens", query_gain=cfg.query_gain,
                            relation=cfg.relation and encoder == cfg.state_encoder,  # pixels: no pointers, none
-                           hard_pointers=cfg.hard_pointers and encoder == cfg.state_encoder)
+                           hard_pointers=cfg.hard_pointers and encoder == cfg.state_encoder,
+                           text_features=cfg.text_features)
     except ValueError as e:
         raise UserError(f"policy.vla: {e}") from None
     if announce:

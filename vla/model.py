@@ -218,7 +218,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
                  width: int = 256, head: str = "tokens", bins: int = 256, chunk: int = 4, execute: int = 1,
                  obs_normalization: bool = True, low: list | None = None, high: list | None = None,
                  terms: list | None = None, state_encoder: str = "tokens", query_gain: float = 1.0,
-                 relation: bool = False, hard_pointers: bool = False):
+                 relation: bool = False, hard_pointers: bool = False, text_features: int = TEXT_FEATURES):
         super().__init__()
         if head not in ("tokens", "continuous"):
             raise ValueError(f"head must be tokens or continuous, got {head!r}")
@@ -230,7 +230,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
                                 width=width, head=head, bins=bins, chunk=chunk, execute=execute,
                                 obs_normalization=obs_normalization, low=low, high=high, terms=terms,
                                 state_encoder=state_encoder, query_gain=query_gain, relation=relation,
-                                hard_pointers=hard_pointers)
+                                hard_pointers=hard_pointers, text_features=text_features)
         self.act_dim, self.horizon, self.execute, self.bins, self.head = act_dim, chunk, execute, bins, head
         keep = self._inputs(obs_dim, text, image, vision)
         state_dim = int(keep.sum())
@@ -241,8 +241,13 @@ class VLAPolicy(ChunkQueue, nn.Module):
         # ones the instruction picks, so nothing can tie an action to where an unnamed object stands
         direct = len(self.context_idx) if self.pointers is not None else state_dim
         self.state_net = nn.Sequential(nn.Linear(direct, STATE_FEATURES), nn.SiLU())
-        self.text_net = nn.Linear(t_len, TEXT_FEATURES)
-        feat = STATE_FEATURES + TEXT_FEATURES + (self.vision.out_dim if image else 0) + \
+        if text_features < 0:
+            raise ValueError(f"text_features >= 0, got {text_features}")
+        if text_features == 0 and self.pointers is None:
+            raise ValueError("text_features 0 (the trunk reads no instruction) needs entity pointers to carry it")
+        # text_features 0: the instruction reaches the trunk only through what the pointers pick
+        self.text_net = nn.Linear(t_len, text_features) if text_features > 0 else None
+        feat = STATE_FEATURES + max(0, text_features) + (self.vision.out_dim if image else 0) + \
             (self.tokens.out_dim if self.tokens is not None else 0) + \
             (self.pointers.out_dim if self.pointers is not None else 0) + (3 if self.relation else 0)
         self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),
@@ -318,7 +323,9 @@ class VLAPolicy(ChunkQueue, nn.Module):
         if self.pointers is not None:
             context = state[:, self.context_idx]
             picked, weights = self.pointers.pick(state, text)
-            parts = [self.state_net(context), self.text_net(text), picked]
+            parts = [self.state_net(context), picked]
+            if self.text_net is not None:
+                parts.insert(1, self.text_net(text))
             if self.relation:  # where the second pointer's object stands from the first's, in RELATION_SCALE units
                 at = weights[:, :2] @ self.pointers.entities(raw)
                 parts.append((at[:, 1] - at[:, 0]) / RELATION_SCALE)

@@ -274,8 +274,8 @@ def test_renamed_episodes_do_what_their_new_instruction_says(minilm, surfaces):
         zeros = torch.zeros(len(state), dtype=torch.long)
         old = task_of[texts[int((table @ state[0, 62:]).argmax())]]
         for _ in range(3):
-            copy, has = r.relabel(state, zeros, g)
-            assert bool(has[0])
+            copy, has, sign = r.relabel(state, zeros, g)
+            assert bool(has[0]) and sign is None
             new = task_of[texts[int((table @ copy[0, 62:]).argmax())]]
             assert new.name in names and new.layout == old.layout and not torch.equal(copy, state)
             assert torch.equal(copy[:, :10], state[:, :10])
@@ -317,8 +317,8 @@ def test_relabel_shift_moves_the_scene_in_the_plane(minilm):
         steps.append(obs["policy"])
     state = torch.stack(steps, 1).flatten(0, 1)  # [4 episodes x 6 steps, D]
     episode = torch.arange(4).repeat_interleave(6)
-    copy, has = e.relabeller().relabel(state, episode, torch.Generator().manual_seed(0))
-    assert has.all()
+    copy, has, sign = e.relabeller().relabel(state, episode, torch.Generator().manual_seed(0))
+    assert has.all() and sign is None
     cubes, new = state[:, 10:50].view(-1, 4, 10), copy[:, 10:50].view(-1, 4, 10)
     # undo the renaming: each copied cube block is one source block, shifted in x / y (positions, starts)
     sl = [0, 1, 8, 9]
@@ -369,7 +369,7 @@ def test_lift_prefixes_are_episodes_of_the_lift(minilm):
         state = torch.as_tensor(ep["observations"]["policy"])[:-1]
         zeros = torch.zeros(len(state), dtype=torch.long)
         old = task_of[texts[int((table @ state[0, 62:]).argmax())]]
-        copy, keep = r.relabel(state, zeros, g)
+        copy, keep, _ = r.relabel(state, zeros, g)
         new = task_of[texts[int((table @ copy[0, 62:]).argmax())]]
         if old.group == "spatial" or old.goal == "lift":  # whole renamings of their own kind
             assert keep.all() and new.layout == old.layout and (old.goal != "lift" or new.name == old.name)
@@ -390,3 +390,75 @@ def test_lift_prefixes_are_episodes_of_the_lift(minilm):
     assert prefixes >= 3
     with pytest.raises(UserError, match="relabel_lifts"):
         embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_lifts=1.5)
+
+
+def test_mirrored_episodes_are_the_scene_seen_across_the_robots_x_z_plane(minilm):
+    """``env.relabel_mirror``: a row's leftmost task becomes its rightmost and back, every other task itself (none
+    where the suite lacks the image); a copy is the observation's signed permutation exactly (every y and the
+    positions from the grip point's negated, each cube's sin(4 yaw) negated, the gripper's rot6 columns (c0, c1) ->
+    (-M c1, -M c0)), the image task's instruction, and its actions' dy and x / z rotations negated. The arm is
+    mirror-symmetric: the joints about vertical axes at home (1, 3, 5, 7) negated and joint 7 turned a quarter put the
+    grip point and its rotation where the map says, to the model's 0.2 mm. A share outside [0, 1] is one user error."""
+    import math
+
+    import mujoco
+
+    from embodied.core.errors import UserError
+    from embodied.datasets import record_episodes
+    from embodied.tasks.manipulation.renaming import Mirror, mirrored
+    from embodied.tasks.manipulation.scene import EE_SITE, HOME_QPOS
+    from embodied.tasks.manipulation.tabletop import rot6
+
+    image = {t.name: TASK_LIST[mirrored(t, TASK_LIST)].name for t in TASK_LIST}
+    assert image.pop("spatial-leftmost") == "spatial-rightmost" and image.pop("spatial-rightmost") == "spatial-leftmost"
+    assert all(k == v for k, v in image.items())
+    assert mirrored(TASK_LIST[0], TASK_LIST[:1]) == -1 and TASK_LIST[0].name == "spatial-leftmost"
+    names = ["spatial-leftmost", "spatial-rightmost", "object-red"]
+    e = embodied.make_env("mini-libero", num_envs=3, seed=0, tasks=names, relabel_mirror=1.0)
+    r = e.relabeller()
+    mirror = r.relabellers[1]
+    assert isinstance(mirror, Mirror) and mirror.action_sign.tolist() == [1, -1, 1, -1, 1, -1, 1]
+    # the kinematics under the map
+    m, d = e.sim.model, mujoco.MjData(e.sim.model)
+    site = m.site(EE_SITE).id
+    g = torch.Generator().manual_seed(0)
+
+    def grip(q):
+        d.qpos[:7] = q.numpy()
+        mujoco.mj_kinematics(m, d)
+        mat = torch.tensor(d.site_xmat[site].copy()).view(1, 3, 3)
+        return torch.cat([torch.tensor(d.site_xpos[site].copy()), rot6(mat)[0]])
+
+    dim = len(mirror.obs_index)
+    for _ in range(5):
+        q = torch.tensor(HOME_QPOS, dtype=torch.float64) + (torch.rand(7, generator=g, dtype=torch.float64) - 0.5)
+        image_q = q.clone()
+        image_q[[0, 2, 4, 6]] *= -1
+        image_q[6] += math.pi / 2
+        obs = torch.zeros(1, dim, dtype=torch.float64)
+        obs[0, :9] = grip(q)
+        want = (obs[:, mirror.obs_index] * mirror.obs_sign.double())[0, :9]
+        assert torch.allclose(grip(image_q), want, atol=2e-3)
+    # the copies of recorded episodes, exactly
+    episodes = record_episodes(e, TASKS.get("mini-libero").expert(e, seed=0), 6, seed=1)
+    table, texts = e.instructions.table, e.instructions.texts
+    task_of = {s: t for t in TASK_LIST for s in (*t.phrasings, *t.paraphrases)}
+    at = e.layout().slices("policy")
+    for ep in episodes:
+        state = torch.as_tensor(ep["observations"]["policy"])[:-1]
+        zeros = torch.zeros(len(state), dtype=torch.long)
+        copy, keep, sign = mirror.relabel(state, zeros, g)
+        assert keep.all() and torch.equal(sign, mirror.action_sign.expand(len(state), 7))
+        old = task_of[texts[int((table @ state[0, 62:]).argmax())]]
+        new = task_of[texts[int((table @ copy[0, 62:]).argmax())]]
+        assert new.name == {"spatial-leftmost": "spatial-rightmost", "spatial-rightmost": "spatial-leftmost"}.get(
+            old.name, old.name)
+        assert torch.equal(copy[:, 3:9], torch.stack([-state[:, 6], state[:, 7], -state[:, 8], -state[:, 3],
+                                                      state[:, 4], -state[:, 5]], 1))
+        flip = [1] + [at[f"{c}_cube"].start + k for c in ("red", "green", "blue", "yellow") for k in (1, 4, 7, 9)] + \
+            [at[s].start + k for s in ("plate_pos", "tray_pos") for k in (1, 4)]
+        keep_idx = [i for i in range(62) if i not in flip and not 3 <= i < 9]
+        assert torch.equal(copy[:, flip], -state[:, flip]) and torch.equal(copy[:, keep_idx], state[:, keep_idx])
+    e.close()
+    with pytest.raises(UserError, match="relabel_mirror"):
+        embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_mirror=1.5)

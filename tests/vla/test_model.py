@@ -221,6 +221,29 @@ def test_hard_pointers_hand_over_one_entity_and_pass_the_softmax_gradient():
         VLAPolicy(17 + TEXT, 2, [17, TEXT], hard_pointers=True)
 
 
+def test_trunk_without_text_reads_the_instruction_only_through_the_pointers():
+    from embodied.policies import build_policy
+
+    pi, obs = _sharp_pointers(1, 2, seed=4, text_features=0)
+    other = torch.cat([obs[:, :17], torch.randn(6, TEXT, generator=torch.Generator().manual_seed(5))], 1)
+    # the pointers' choice is fixed (queries zero): another instruction leaves the action exactly as it was
+    assert torch.equal(pi.chunk(obs), pi.chunk(other))
+    # the trunk's input is the proprioception's features then the two pointers' values (and nothing of the text)
+    seen = {}
+    pi.trunk[0].register_forward_hook(lambda m, i, o: seen.update(x=i[0]))
+    with torch.no_grad():
+        pi.chunk(obs)
+    assert pi.text_net is None and seen["x"].shape == (6, 128 + 2 * 64)
+    assert build_policy({"name": "vla", "kwargs": pi.init_kwargs}).text_net is None
+    # with the default the same pointers' choice still lets the instruction through the trunk's own text input
+    full, _ = _sharp_pointers(1, 2, seed=4)
+    assert not torch.allclose(full.chunk(obs), full.chunk(other))
+    with pytest.raises(ValueError, match="needs entity pointers"):
+        VLAPolicy(17 + TEXT, 2, [17, TEXT], text_features=0)
+    with pytest.raises(ValueError, match="text_features >= 0"):
+        VLAPolicy(17 + TEXT, 2, [17, TEXT], terms=SCENE, state_encoder="pointers", text_features=-1)
+
+
 def test_state_terms_of_a_language_task_group_objects_by_kind():
     from embodied.core.layout import Layout, Term
     from embodied.vla.build import state_terms

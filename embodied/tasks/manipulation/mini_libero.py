@@ -141,6 +141,10 @@ class MiniLiberoConfig(TabletopConfig):
     # 0.67 / 0.50, the suite 30.0 / 36.2 -> 27.7 / 36.9% from clones of 11.5 / 14.6 -> 12.3 / 19.2% (issue 13, stop 75):
     # off
     relabel_lifts: float = 0.0
+    # this share of the relabelled copies are mirror images (y -> -y, the world-frame motions mirrored with them,
+    # ``renaming.Mirror``): a row's rightmost-cube episode becomes a leftmost one, every other task one of itself in
+    # the mirrored layout; 0: none
+    relabel_mirror: float = 0.0
 
 
 def _layout_slots(layout: str, k: int, uniform) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -172,8 +176,9 @@ class MiniLiberoEnv(TabletopEnv):
                 raise UserError(f"{self.task_name}: unknown task(s) {', '.join(unknown)}; its tasks: "
                                 f"{', '.join(t.name for t in suite)}")
             suite = [t for t in suite if t.name in cfg.tasks]
-        if not 0 <= cfg.relabel_lifts <= 1:
-            raise UserError(f"relabel_lifts is a share of the relabelled copies: in [0, 1], got {cfg.relabel_lifts}")
+        for key in ("relabel_lifts", "relabel_mirror"):
+            if not 0 <= getattr(cfg, key) <= 1:
+                raise UserError(f"{key} is a share of the relabelled copies: in [0, 1], got {getattr(cfg, key)}")
         if not cfg.relabel_shift >= 0:
             raise UserError(f"relabel_shift is a distance [m]: >= 0, got {cfg.relabel_shift}")
         if cfg.phrasing not in ("train", "heldout"):
@@ -405,10 +410,10 @@ class MiniLiberoEnv(TabletopEnv):
 
     def relabeller(self):
         """The cubes' colours renamed (``renaming.py``; with ``relabel_surfaces`` the plate's and the tray's too, with
-        ``relabel_lifts`` prefixes as the lift), then with ``relabel_shift`` the scene moved in the plane; None with
-        image observations."""
+        ``relabel_lifts`` prefixes as the lift), with ``relabel_mirror`` some copies mirrored, then with
+        ``relabel_shift`` the scene moved in the plane; None with image observations."""
         from embodied.core.relabel import Chain, PlanarShift
-        from embodied.tasks.manipulation.renaming import ColourRenaming
+        from embodied.tasks.manipulation.renaming import ColourRenaming, Mirror
 
         if self.renderer is not None:
             return None
@@ -419,12 +424,33 @@ class MiniLiberoEnv(TabletopEnv):
                                   (cubes[0].start, cubes[0].stop - cubes[0].start), at["instruction"].start,
                                   (plate.start, tray.start, plate.stop - plate.start) if self.cfg.relabel_surfaces
                                   else None, lifts=self.cfg.relabel_lifts)
-        if not self.cfg.relabel_shift:
-            return renaming
         # the absolute x entries (y: the next): the grip point, each cube's position and where it stood (its term's
         # last two entries), the plate's, the tray's
         x = [at["grip_pos"].start, *(i for c in cubes for i in (c.start, c.stop - 2)), plate.start, tray.start]
-        return Chain(renaming, PlanarShift(x, [i + 1 for i in x], self.cfg.relabel_shift))
+        chain = [renaming]
+        if self.cfg.relabel_mirror:
+            index, sign = self._mirror_map(at, [i + 1 for i in x])
+            chain.append(Mirror(self.suite, self.instructions.table, self.instructions.index, at["instruction"].start,
+                                index, sign, [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0], self.cfg.relabel_mirror))
+        if self.cfg.relabel_shift:
+            chain.append(PlanarShift(x, [i + 1 for i in x], self.cfg.relabel_shift))
+        return chain[0] if len(chain) == 1 else Chain(*chain)
+
+    @staticmethod
+    def _mirror_map(at: dict[str, slice], ys: list[int]) -> tuple[list[int], list[float]]:
+        """The policy observation (state) under y -> -y as a signed permutation: the absolute y entries ``ys`` and
+        every position from the grip point's y negated, each cube's sin(4 yaw) negated (its yaw is), and the gripper's
+        rotation R -> M R M Rz(90 deg) (M = diag(1, -1, 1)): its rot6 columns (c0, c1) -> (-M c1, -M c0)."""
+        dim = max(s.stop for s in at.values())
+        index, sign = list(range(dim)), [1.0] * dim
+        cubes = [s for name, s in at.items() if name.endswith("_cube")]
+        for i in (*ys, *(c.start + 4 for c in cubes), *(c.start + 7 for c in cubes), at["plate_pos"].start + 4,
+                  at["tray_pos"].start + 4):
+            sign[i] = -1.0
+        r = at["grip_rot6"].start
+        for j, (src, sg) in enumerate(zip((3, 4, 5, 0, 1, 2), (-1.0, 1.0, -1.0, -1.0, 1.0, -1.0))):
+            index[r + j], sign[r + j] = r + src, sg
+        return index, sign
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
         return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "cubes_xy",

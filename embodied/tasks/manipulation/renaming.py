@@ -34,6 +34,34 @@ def renamed(name: str, perm: tuple[int, ...], swap: bool = False) -> str:
     return SURFACES[1 - SURFACES.index(name)] if swap and name in SURFACES else name
 
 
+def episode_tasks(obs: torch.Tensor, episode: torch.Tensor, text: slice, table: torch.Tensor,
+                  row_task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each episode's first row ``[n]`` and its task ``[n]`` (the suite's index; -1 where its instruction embedding
+    matches no row of ``table`` within ``MATCH``; ``row_task`` maps a table row to its task)."""
+    dev = obs.device
+    n = int(episode.max()) + 1 if len(episode) else 0
+    t = torch.arange(len(episode), device=dev)
+    first = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, t, "amin")
+    best, row = (obs[first, text] @ table.to(dev).T).max(1)
+    return first, torch.where(best > MATCH, row_task.to(dev)[row], -1)
+
+
+def task_rows(suite, index: dict[str, int], size: int) -> torch.Tensor:
+    """``[size]``: the task of each row of the instruction table (its phrasings' and paraphrases' rows; -1 else)."""
+    row_task = torch.full((size,), -1, dtype=torch.long)
+    for i, t in enumerate(suite):
+        for s in (*t.phrasings, *t.paraphrases):
+            row_task[index[s]] = i
+    return row_task
+
+
+def phrasing_rows(suite, index: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per task its training phrasings' count ``[n]`` and their table rows ``[n, w]`` (padded with its first)."""
+    phr = [[index[s] for s in t.phrasings] for t in suite]
+    return torch.tensor([len(p) for p in phr]), torch.tensor([[*p, *[p[0]] * (max(map(len, phr)) - len(p))]
+                                                              for p in phr])
+
+
 def _table(pairs: list[list[tuple[int, int]]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per task a list of (renaming, new task) pairs as their counts ``[n]`` and a padded table ``[n, w, 2]``."""
     width = max(1, max(map(len, pairs)))
@@ -59,10 +87,7 @@ class ColourRenaming(Relabeller):
         # the renamings: a permutation of the colours, and whether the plate and the tray swap names
         self.perms = torch.tensor(colour_perms * (2 if surfaces else 1))  # [24 or 48, 4]
         self.swaps = torch.arange(len(self.perms)) >= len(colour_perms)
-        self.row_task = torch.full((len(table),), -1, dtype=torch.long)
-        for i, t in enumerate(suite):
-            for s in (*t.phrasings, *t.paraphrases):
-                self.row_task[index[s]] = i
+        self.row_task = task_rows(suite, index, len(table))
         # per task, every (renaming, new task) pair whose episode it can become, itself unrenamed left out
         pairs = [[(g, j) for g, (p, w) in enumerate(zip(self.perms.tolist(), self.swaps.tolist()))
                   for j, u in enumerate(suite)
@@ -76,19 +101,14 @@ class ColourRenaming(Relabeller):
               if u.goal == "lift" != t.goal and u.layout == t.layout and t.target in COLOURS
               and u.target == renamed(t.target, p)] for t in suite])
         self.lifted = torch.tensor([COLOURS.index(t.target) if t.goal == "lift" else -1 for t in suite])
-        phr = [[index[s] for s in t.phrasings] for t in suite]
-        self.phrase_count = torch.tensor([len(p) for p in phr])
-        self.phrase_rows = torch.tensor([[*p, *[p[0]] * (max(map(len, phr)) - len(p))] for p in phr])
+        self.phrase_count, self.phrase_rows = phrasing_rows(suite, index)
 
     def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
-                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, None]:
         dev = obs.device
         n = int(episode.max()) + 1 if len(episode) else 0
         t = torch.arange(len(episode), device=dev)
-        first = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, t, "amin")
-        score = obs[first, self.text] @ self.table.to(dev).T  # [n, K]
-        best, row = score.max(1)
-        task = torch.where(best > MATCH, self.row_task.to(dev)[row], -1)
+        first, task = episode_tasks(obs, episode, self.text, self.table, self.row_task)
         count = torch.where(task >= 0, self.count.to(dev)[task.clamp_min(0)], 0)
         has = count > 0
         k = (torch.rand(n, generator=generator, device=generator.device).to(dev) * count).long()
@@ -126,4 +146,54 @@ class ColourRenaming(Relabeller):
             up = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(
                 0, episode, torch.where(height > LIFT_HEIGHT, t, len(episode)), "amin")
             keep &= ~cut[episode] | ((t < up[episode]) & (up < len(episode))[episode])
-        return out, keep
+        return out, keep, None
+
+
+def mirrored(task, suite) -> int:
+    """The suite's index of ``task`` seen in a mirror across the robot's x-z plane (y -> -y), -1 where the suite has
+    none: a row's slot k is its slot 3 - k (the rightmost cube is then the leftmost); a column's slots, colours,
+    supports and the lift are what they were."""
+    target = task.target
+    if task.layout == "row" and target.startswith("slot"):
+        target = f"slot{3 - int(target[4:])}"
+    return next((j for j, u in enumerate(suite) if (u.group, u.layout, u.colours, u.target, u.goal) ==
+                 (task.group, task.layout, task.colours, target, task.goal)), -1)
+
+
+class Mirror(Relabeller):
+    """Mini-libero seen in a mirror across the robot's x-z plane: the arm, the table and the cubes are symmetric under
+    y -> -y, so an episode with every y negated, the gripper's rotation mirrored and turned a quarter about its own
+    axis (the home pose's mirror image is the home pose turned 90 degrees; the hand grips the 4-fold cube alike
+    either way), every cube's yaw negated, is an episode of the mirrored layout, with its world-frame motions
+    mirrored: dy and the rotation's x and z negated (an axial vector under a reflection). A row's leftmost cube is
+    then its rightmost, so a row episode is one of the other end's task; the plate and the tray keep their names
+    where they now stand. ``share``: the chance an episode's copy is mirrored (a task with no mirror image in the
+    suite has none); ``index`` / ``sign`` the policy observation's signed permutation (``x'[j] = sign[j] *
+    x[index[j]]``, the instruction's entries left to the new instruction), ``action_sign`` the action's."""
+
+    def __init__(self, suite, table: torch.Tensor, index: dict[str, int], text: int, obs_index: list[int],
+                 obs_sign: list[float], action_sign: list[float], share: float):
+        self.table, self.share = table, float(share)
+        self.text = slice(text, text + table.shape[1])
+        self.row_task = task_rows(suite, index, len(table))
+        self.image = torch.tensor([mirrored(t, suite) for t in suite])  # each task's mirror image, -1: none
+        self.phrase_count, self.phrase_rows = phrasing_rows(suite, index)
+        self.obs_index, self.obs_sign = torch.tensor(obs_index), torch.tensor(obs_sign)
+        self.action_sign = torch.tensor(action_sign)
+
+    def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dev = obs.device
+        n = int(episode.max()) + 1 if len(episode) else 0
+        first, task = episode_tasks(obs, episode, self.text, self.table, self.row_task)
+        new = torch.where(task >= 0, self.image.to(dev)[task.clamp_min(0)], -1)
+        u = torch.rand(n, 2, generator=generator, device=generator.device).to(dev)
+        has = (u[:, 0] < self.share) & (new >= 0)
+        new = new.clamp_min(0)
+        phrase = self.phrase_rows.to(dev)[new, (u[:, 1] * self.phrase_count.to(dev)[new]).long()]
+        flip = has[episode]
+        out = torch.where(flip[:, None], obs[:, self.obs_index.to(dev)] * self.obs_sign.to(dev, obs.dtype), obs)
+        out[:, self.text] = torch.where(has[:, None], self.table.to(dev, obs.dtype)[phrase],
+                                        obs[first, self.text])[episode]
+        sign = torch.where(flip[:, None], self.action_sign.to(dev), torch.ones_like(self.action_sign).to(dev))
+        return out, flip, sign
