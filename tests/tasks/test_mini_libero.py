@@ -462,3 +462,54 @@ def test_mirrored_episodes_are_the_scene_seen_across_the_robots_x_z_plane(minilm
     e.close()
     with pytest.raises(UserError, match="relabel_mirror"):
         embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_mirror=1.5)
+
+
+def test_reach_jitter_moves_all_but_the_moved_cube_before_it_rises(minilm):
+    """``env.relabel_jitter``: with share 1 every copy is the episode's steps before its moved cube (the one lifted
+    highest) first rises 1 cm, with each other cube moved in the plane by one offset of at most 8 mm per axis (its
+    position, its position from the grip point, where it stood) and the plate and the tray by at most 4 cm; the moved
+    cube, the proprioception, every height and the instruction as they were."""
+    from embodied.core.errors import UserError
+    from embodied.datasets import record_episodes
+    from embodied.tasks.manipulation.renaming import ReachJitter
+
+    names = ["spatial-leftmost", "object-red", "goal-stack-green-blue", "goal-lift-blue"]
+    e = embodied.make_env("mini-libero", num_envs=4, seed=0, tasks=names, relabel_jitter=1.0)
+    jitter = e.relabeller().relabellers[1]
+    assert isinstance(jitter, ReachJitter)
+    episodes = record_episodes(e, TASKS.get("mini-libero").expert(e, seed=0), 8, seed=1)
+    g = torch.Generator().manual_seed(0)
+    prefixes = 0
+    for ep in episodes:
+        state = torch.as_tensor(ep["observations"]["policy"])[:-1]
+        zeros = torch.zeros(len(state), dtype=torch.long)
+        copy, keep, sign = jitter.relabel(state, zeros, g)
+        assert sign is None
+        blocks, new = state[:, 10:50].view(-1, 4, 10), copy[:, 10:50].view(-1, 4, 10)
+        rise = blocks[:, :, 2] - blocks[:1, :, 2]
+        moved = int(rise.max(0).values.argmax())
+        up = (rise[:, moved] > 0.01).nonzero()
+        if not len(up):
+            assert not keep.any()
+            continue
+        assert keep.tolist() == [i < int(up[0]) for i in range(len(state))] and int(up[0]) > 5
+        prefixes += 1
+        assert torch.equal(new[:, moved], blocks[:, moved]) and torch.equal(copy[:, :10], state[:, :10])
+        assert torch.equal(copy[:, 62:], state[:, 62:])
+        for c in [c for c in range(4) if c != moved]:
+            d = new[:, c] - blocks[:, c]
+            off = d[0, :2]
+            assert 0 < off.abs().max() <= 0.008
+            for a in (0, 3, 8):  # position, from the grip point, where it stood: one offset
+                assert torch.allclose(d[:, a:a + 2], off.expand(len(d), 2), atol=1e-6)
+            assert torch.equal(d[:, [2, 5, 6, 7]], torch.zeros(len(d), 4))
+        for a in (50, 56):
+            d = copy[:, a:a + 6] - state[:, a:a + 6]
+            off = d[0, :2]
+            assert 0 < off.abs().max() <= 0.04
+            assert torch.allclose(d[:, 3:5], off.expand(len(d), 2), atol=1e-6) and torch.equal(d[:, [2, 5]],
+                                                                                                torch.zeros(len(d), 2))
+    e.close()
+    assert prefixes >= 6
+    with pytest.raises(UserError, match="relabel_jitter"):
+        embodied.make_env("mini-libero", num_envs=1, seed=0, relabel_jitter=-0.5)

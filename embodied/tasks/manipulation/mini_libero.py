@@ -60,6 +60,7 @@ PLATE = (0.045, 0.045, 0.005)  # [m] half extents
 TRAY = (0.05, 0.05, 0.005)
 SUPPORTS = ("plate", "tray", *COLOURS)  # what a cube can be put on: index into this
 LIFT_HEIGHT = 0.10  # [m] Lifted: the cube's centre this far above the table
+CUBE_JITTER = 0.008  # [m] each cube's own U(+-) about its slot
 LIFT_GOAL = 0.14  # [m] the goal point of a lift (where the expert carries it)
 TEXT_DIM = 384
 
@@ -145,6 +146,11 @@ class MiniLiberoConfig(TabletopConfig):
     # ``renaming.Mirror``): a row's rightmost-cube episode becomes a leftmost one, every other task one of itself in
     # the mirrored layout; 0: none
     relabel_mirror: float = 0.0
+    # this share of the relabelled copies are reach prefixes (the steps before the moved cube rises) with the other
+    # cubes jittered by U(+-8 mm) each and the plate and the tray by U(+-4 cm) each (``renaming.ReachJitter``: a
+    # reach depends on its cube alone, and one demonstration holds its cube and its goal at one relative placement,
+    # which at test spreads by the layout's shift and the surfaces' own draws); 0: none
+    relabel_jitter: float = 0.0
 
 
 def _layout_slots(layout: str, k: int, uniform) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -158,7 +164,7 @@ def _layout_slots(layout: str, k: int, uniform) -> tuple[torch.Tensor, torch.Ten
     else:  # grid
         base = torch.tensor([[x, y] for x in (0.40, 0.52) for y in (-0.17, -0.05)], dtype=F64)
         shift, plate, tray = uniform(k, [0.02, 0.02]), (0.42, 0.14), (0.60, 0.12)
-    slots = base + shift[:, None] + uniform(k * 4, [0.008, 0.008]).view(k, 4, 2)
+    slots = base + shift[:, None] + uniform(k * 4, [CUBE_JITTER, CUBE_JITTER]).view(k, 4, 2)
     return (slots, torch.tensor(plate, dtype=F64) + uniform(k, [0.02, 0.02]),
             torch.tensor(tray, dtype=F64) + uniform(k, [0.02, 0.02]))
 
@@ -176,7 +182,7 @@ class MiniLiberoEnv(TabletopEnv):
                 raise UserError(f"{self.task_name}: unknown task(s) {', '.join(unknown)}; its tasks: "
                                 f"{', '.join(t.name for t in suite)}")
             suite = [t for t in suite if t.name in cfg.tasks]
-        for key in ("relabel_lifts", "relabel_mirror"):
+        for key in ("relabel_lifts", "relabel_mirror", "relabel_jitter"):
             if not 0 <= getattr(cfg, key) <= 1:
                 raise UserError(f"{key} is a share of the relabelled copies: in [0, 1], got {getattr(cfg, key)}")
         if not cfg.relabel_shift >= 0:
@@ -410,10 +416,11 @@ class MiniLiberoEnv(TabletopEnv):
 
     def relabeller(self):
         """The cubes' colours renamed (``renaming.py``; with ``relabel_surfaces`` the plate's and the tray's too, with
-        ``relabel_lifts`` prefixes as the lift), with ``relabel_mirror`` some copies mirrored, then with
-        ``relabel_shift`` the scene moved in the plane; None with image observations."""
+        ``relabel_lifts`` prefixes as the lift), with ``relabel_mirror`` some copies mirrored, with ``relabel_jitter``
+        some reach prefixes with all but the moved cube jittered, then with ``relabel_shift`` the scene moved in the
+        plane; None with image observations."""
         from embodied.core.relabel import Chain, PlanarShift
-        from embodied.tasks.manipulation.renaming import ColourRenaming, Mirror
+        from embodied.tasks.manipulation.renaming import ColourRenaming, Mirror, ReachJitter
 
         if self.renderer is not None:
             return None
@@ -432,6 +439,10 @@ class MiniLiberoEnv(TabletopEnv):
             index, sign = self._mirror_map(at, [i + 1 for i in x])
             chain.append(Mirror(self.suite, self.instructions.table, self.instructions.index, at["instruction"].start,
                                 index, sign, [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0], self.cfg.relabel_mirror))
+        if self.cfg.relabel_jitter:
+            chain.append(ReachJitter((cubes[0].start, cubes[0].stop - cubes[0].start),
+                                     (plate.start, tray.start, plate.stop - plate.start), CUBE_JITTER, 0.04,
+                                     self.cfg.relabel_jitter))
         if self.cfg.relabel_shift:
             chain.append(PlanarShift(x, [i + 1 for i in x], self.cfg.relabel_shift))
         return chain[0] if len(chain) == 1 else Chain(*chain)

@@ -197,3 +197,53 @@ class Mirror(Relabeller):
                                         obs[first, self.text])[episode]
         sign = torch.where(flip[:, None], self.action_sign.to(dev), torch.ones_like(self.action_sign).to(dev))
         return out, flip, sign
+
+
+class ReachJitter(Relabeller):
+    """The reach of an episode with everything but the cube it moves jittered in the plane: until the moved cube
+    (the one lifted highest) first rises ``RISE`` above where it stood, the arm's motion depends on that cube alone,
+    so the episode's steps before then, with the other cubes each moved by its own offset (uniform +-``cube`` [m] per
+    axis) and the plate and the tray each by theirs (+-``surface``), are a reach to the same cube in another layout
+    (a prefix copy). One demonstration a task holds its cube and its goal at one relative placement, and every
+    renamed or shifted copy keeps it, so a clone can read where to reach off the goal's position as well as the
+    cube's; these copies tell the two apart. ``share``: the chance an episode's copy is one; ``cubes`` / ``surfaces``:
+    ``[start, entries each]`` of the cube blocks (colour order; x, y at 0, 1 and 3, 4 (from the grip point) and 8, 9
+    (where it stood); z at 2) and ``[plate start, tray start, entries each]`` (x, y at 0, 1 and 3, 4)."""
+
+    RISE = 0.01  # [m]
+
+    def __init__(self, cubes: tuple[int, int], surfaces: tuple[int, int, int], cube: float, surface: float,
+                 share: float):
+        a, w = cubes
+        plate, tray, _ = surfaces
+        # per entity its x entries (y: the next): the four cubes, then the plate and the tray
+        self.x = torch.tensor([[a + w * c, a + w * c + 3, a + w * c + 8] for c in range(len(COLOURS))]
+                              + [[s, s + 3, s + 3] for s in (plate, tray)])  # a surface's last column repeats
+        self.z = torch.tensor([a + w * c + 2 for c in range(len(COLOURS))])
+        self.half = torch.tensor([cube] * len(COLOURS) + [surface] * 2)
+        self.share = float(share)
+
+    def relabel(self, obs: torch.Tensor, episode: torch.Tensor,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, None]:
+        dev = obs.device
+        n = int(episode.max()) + 1 if len(episode) else 0
+        t = torch.arange(len(episode), device=dev)
+        first = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, t, "amin")
+        z = obs[:, self.z.to(dev)]  # [T, 4]
+        rise = z - z[first][episode]
+        top = torch.full((n, len(COLOURS)), -1.0, dtype=obs.dtype, device=dev).scatter_reduce(
+            0, episode[:, None].expand_as(rise), rise, "amax")
+        moved = top.argmax(1)  # [n]
+        up_at = torch.where(rise.gather(1, moved[episode, None]).squeeze(1) > self.RISE, t, len(episode))
+        up = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, up_at, "amin")
+        u = torch.rand(n, 1 + 2 * len(self.half), generator=generator, device=generator.device).to(dev)
+        has = (u[:, 0] < self.share) & (up < len(episode))
+        offset = (u[:, 1:].view(n, -1, 2) * 2 - 1) * self.half.to(dev, obs.dtype)[None, :, None]  # [n, 6, 2]
+        offset[torch.arange(n, device=dev), moved] = 0.0
+        offset = torch.where(has[:, None, None], offset, torch.zeros_like(offset))
+        out = obs.clone()
+        for e in range(len(self.half)):  # each entity's x entries, then its y entries (a surface's repeat: set once)
+            x = self.x[e].unique().to(dev)
+            out[:, x] = obs[:, x] + offset[episode, e, :1]
+            out[:, x + 1] = obs[:, x + 1] + offset[episode, e, 1:]
+        return out, has[episode] & (t < up[episode]), None
