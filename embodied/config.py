@@ -57,7 +57,9 @@ class VLAConfig:
     # trained straight-through: the softmax's gradient), in training and acting alike, instead of the softmax mixture
     hard_pointers: bool = False
     # the instruction embedding's features the trunk reads directly beside what the pointers hand it; 0: none (the
-    # instruction acts only through the pointers' choice of objects: needs state_encoder=pointers)
+    # instruction acts only through the pointers' choice of objects: needs state_encoder=pointers). Mini-libero, one
+    # demonstration a task, seed 0: BC 12.3% against 11.5%, filtered-bc's first evaluation 0.169 against 0.262
+    # (stopped; issue 13, stop 76)
     text_features: int = 128
 
 
