@@ -34,16 +34,24 @@ def renamed(name: str, perm: tuple[int, ...], swap: bool = False) -> str:
     return SURFACES[1 - SURFACES.index(name)] if swap and name in SURFACES else name
 
 
+def first_rows(episode: torch.Tensor, where: torch.Tensor | None = None) -> torch.Tensor:
+    """``[n]``: each episode's first row (``episode [T]`` numbered 0..n-1), or with ``where [T]`` its first row where
+    that holds (``T`` where none does)."""
+    n = int(episode.max()) + 1 if len(episode) else 0
+    t = torch.arange(len(episode), device=episode.device)
+    if where is not None:
+        t = torch.where(where, t, len(episode))
+    return torch.full((n,), len(episode), dtype=torch.long, device=episode.device).scatter_reduce(0, episode, t,
+                                                                                                    "amin")
+
+
 def episode_tasks(obs: torch.Tensor, episode: torch.Tensor, text: slice, table: torch.Tensor,
                   row_task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each episode's first row ``[n]`` and its task ``[n]`` (the suite's index; -1 where its instruction embedding
     matches no row of ``table`` within ``MATCH``; ``row_task`` maps a table row to its task)."""
-    dev = obs.device
-    n = int(episode.max()) + 1 if len(episode) else 0
-    t = torch.arange(len(episode), device=dev)
-    first = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, t, "amin")
-    best, row = (obs[first, text] @ table.to(dev).T).max(1)
-    return first, torch.where(best > MATCH, row_task.to(dev)[row], -1)
+    first = first_rows(episode)
+    best, row = (obs[first, text] @ table.to(obs.device).T).max(1)
+    return first, torch.where(best > MATCH, row_task.to(obs.device)[row], -1)
 
 
 def task_rows(suite, index: dict[str, int], size: int) -> torch.Tensor:
@@ -143,8 +151,7 @@ class ColourRenaming(Relabeller):
         keep = has[episode]
         if bool(cut.any()):  # a prefix copy keeps the steps before the renamed cube is first lifted (none if never)
             height = out.gather(1, (a + w * self.lifted.to(dev)[new].clamp_min(0) + 2)[episode, None]).squeeze(1)
-            up = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(
-                0, episode, torch.where(height > LIFT_HEIGHT, t, len(episode)), "amin")
+            up = first_rows(episode, height > LIFT_HEIGHT)
             keep &= ~cut[episode] | ((t < up[episode]) & (up < len(episode))[episode])
         return out, keep, None
 
@@ -233,14 +240,13 @@ class ReachJitter(Relabeller):
         dev = obs.device
         n = int(episode.max()) + 1 if len(episode) else 0
         t = torch.arange(len(episode), device=dev)
-        first = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, t, "amin")
+        first = first_rows(episode)
         z = obs[:, self.z.to(dev)]  # [T, 4]
         rise = z - z[first][episode]
         top = torch.full((n, len(COLOURS)), -1.0, dtype=obs.dtype, device=dev).scatter_reduce(
             0, episode[:, None].expand_as(rise), rise, "amax")
         moved = top.argmax(1)  # [n]
-        up_at = torch.where(rise.gather(1, moved[episode, None]).squeeze(1) > self.RISE, t, len(episode))
-        up = torch.full((n,), len(episode), dtype=torch.long, device=dev).scatter_reduce(0, episode, up_at, "amin")
+        up = first_rows(episode, rise.gather(1, moved[episode, None]).squeeze(1) > self.RISE)
         u = torch.rand(n, 1 + 2 * len(self.half), generator=generator, device=generator.device).to(dev)
         has = (u[:, 0] < self.share) & (up < len(episode))
         offset = (u[:, 1:].view(n, -1, 2) * 2 - 1) * self.half.to(dev, obs.dtype)[None, :, None]  # [n, 6, 2]
