@@ -61,6 +61,9 @@ TRAY = (0.05, 0.05, 0.005)
 SUPPORTS = ("plate", "tray", *COLOURS)  # what a cube can be put on: index into this
 LIFT_HEIGHT = 0.10  # [m] Lifted: the cube's centre this far above the table
 CUBE_JITTER = 0.008  # [m] each cube's own U(+-) about its slot
+# [m] relabel_jitter's U(+-) on the plate and the tray: at test their place from the cubes spreads by the layout's
+# shift (2-3 cm) and their own draw (2 cm)
+SURFACE_JITTER = 0.04
 LIFT_GOAL = 0.14  # [m] the goal point of a lift (where the expert carries it)
 TEXT_DIM = 384
 
@@ -443,7 +446,7 @@ class MiniLiberoEnv(TabletopEnv):
                                 index, sign, [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0], self.cfg.relabel_mirror))
         if self.cfg.relabel_jitter:
             chain.append(ReachJitter((cubes[0].start, cubes[0].stop - cubes[0].start),
-                                     (plate.start, tray.start, plate.stop - plate.start), CUBE_JITTER, 0.04,
+                                     (plate.start, tray.start, plate.stop - plate.start), CUBE_JITTER, SURFACE_JITTER,
                                      self.cfg.relabel_jitter))
         if self.cfg.relabel_shift:
             chain.append(PlanarShift(x, [i + 1 for i in x], self.cfg.relabel_shift))
