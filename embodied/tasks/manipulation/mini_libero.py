@@ -148,8 +148,8 @@ class MiniLiberoConfig(TabletopConfig):
     # this share of the relabelled copies are mirror images (y -> -y, the world-frame motions mirrored with them,
     # ``renaming.Mirror``): a row's rightmost-cube episode becomes a leftmost one, every other task one of itself in
     # the mirrored layout; 0: none. 1 demo a task, 0.25, seeds 0 / 1 / 2: BC 10.0 / 27.7 / 10.0%, filtered-bc 42.3 /
-    # 46.9 / 46.2% (without: 11.5 / 14.6 / 5.4 -> 30.0 / 36.2 / 19.2%; issue 13, stop 76); off until the 10-demo
-    # pipeline is measured with it
+    # 46.9 / 46.2% (without: 11.5 / 14.6 / 5.4 -> 30.0 / 36.2 / 19.2%; issue 13, stop 76); off: 10 demos a task, the
+    # BC ensembles of seeds 0 / 1 77.7 / 99.2% (without: 90.8 / 98.5%), filtered-bc from them unmeasured
     relabel_mirror: float = 0.0
     # this share of the relabelled copies are reach prefixes (the steps before the moved cube rises) with the other
     # cubes jittered by U(+-8 mm) each and the plate and the tray by U(+-4 cm) each (``renaming.ReachJitter``: a
