@@ -247,7 +247,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
             raise ValueError("text_features 0 (the trunk reads no instruction) needs entity pointers to carry it")
         # text_features 0: the instruction reaches the trunk only through what the pointers pick
         self.text_net = nn.Linear(t_len, text_features) if text_features > 0 else None
-        feat = STATE_FEATURES + max(0, text_features) + (self.vision.out_dim if image else 0) + \
+        feat = STATE_FEATURES + text_features + (self.vision.out_dim if image else 0) + \
             (self.tokens.out_dim if self.tokens is not None else 0) + \
             (self.pointers.out_dim if self.pointers is not None else 0) + (3 if self.relation else 0)
         self.trunk = nn.Sequential(nn.Linear(feat, width), nn.LayerNorm(width), nn.SiLU(), nn.Linear(width, width),

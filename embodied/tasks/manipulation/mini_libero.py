@@ -442,9 +442,8 @@ class MiniLiberoEnv(TabletopEnv):
         x = [at["grip_pos"].start, *(i for c in cubes for i in (c.start, c.stop - 2)), plate.start, tray.start]
         chain = [renaming]
         if self.cfg.relabel_mirror:
-            index, sign = self._mirror_map(at, [i + 1 for i in x])
             chain.append(Mirror(self.suite, self.instructions.table, self.instructions.index, at["instruction"].start,
-                                index, sign, [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0], self.cfg.relabel_mirror))
+                                *self._mirror_map(at, [i + 1 for i in x]), self.cfg.relabel_mirror))
         if self.cfg.relabel_jitter:
             chain.append(ReachJitter((cubes[0].start, cubes[0].stop - cubes[0].start),
                                      (plate.start, tray.start, plate.stop - plate.start), CUBE_JITTER, SURFACE_JITTER,
@@ -454,10 +453,11 @@ class MiniLiberoEnv(TabletopEnv):
         return chain[0] if len(chain) == 1 else Chain(*chain)
 
     @staticmethod
-    def _mirror_map(at: dict[str, slice], ys: list[int]) -> tuple[list[int], list[float]]:
-        """The policy observation (state) under y -> -y as a signed permutation: the absolute y entries ``ys`` and
-        every position from the grip point's y negated, each cube's sin(4 yaw) negated (its yaw is), and the gripper's
-        rotation R -> M R M Rz(90 deg) (M = diag(1, -1, 1)): its rot6 columns (c0, c1) -> (-M c1, -M c0)."""
+    def _mirror_map(at: dict[str, slice], ys: list[int]) -> tuple[list[int], list[float], list[float]]:
+        """The policy observation (state) under y -> -y as a signed permutation (index, sign): the absolute y entries
+        ``ys`` and every position from the grip point's y negated, each cube's sin(4 yaw) negated (its yaw is), and the
+        gripper's rotation R -> M R M Rz(90 deg) (M = diag(1, -1, 1)): its rot6 columns (c0, c1) -> (-M c1, -M c0);
+        then the action's signs: dy and the rotation's x and z (an axial vector) negated."""
         dim = max(s.stop for s in at.values())
         index, sign = list(range(dim)), [1.0] * dim
         cubes = [s for name, s in at.items() if name.endswith("_cube")]
@@ -467,7 +467,7 @@ class MiniLiberoEnv(TabletopEnv):
         r = at["grip_rot6"].start
         for j, (src, sg) in enumerate(zip((3, 4, 5, 0, 1, 2), (-1.0, 1.0, -1.0, -1.0, 1.0, -1.0))):
             index[r + j], sign[r + j] = r + src, sg
-        return index, sign
+        return index, sign, [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0]
 
     def _state_keys(self) -> tuple[str, ...]:  # checkpoints and restorable states carry them (TabletopEnv)
         return (*super()._state_keys(), "task_id", "target", "support", "instruction_row", "cubes_xy",

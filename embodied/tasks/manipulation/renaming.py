@@ -228,9 +228,11 @@ class ReachJitter(Relabeller):
                  share: float):
         a, w = cubes
         plate, tray, _ = surfaces
-        # per entity its x entries (y: the next): the four cubes, then the plate and the tray
-        self.x = torch.tensor([[a + w * c, a + w * c + 3, a + w * c + 8] for c in range(len(COLOURS))]
-                              + [[s, s + 3, s + 3] for s in (plate, tray)])  # a surface's last column repeats
+        # the x entries (y: the next) of the four cubes, then of the plate and the tray, and each one's entity
+        xs = [[a + w * c, a + w * c + 3, a + w * c + 8] for c in range(len(COLOURS))] + [[s, s + 3] for s in
+                                                                                         (plate, tray)]
+        self.x = torch.tensor([i for e in xs for i in e])
+        self.entity = torch.tensor([k for k, e in enumerate(xs) for _ in e])
         self.z = torch.tensor([a + w * c + 2 for c in range(len(COLOURS))])
         self.half = torch.tensor([cube] * len(COLOURS) + [surface] * 2)
         self.share = float(share)
@@ -253,8 +255,7 @@ class ReachJitter(Relabeller):
         offset[torch.arange(n, device=dev), moved] = 0.0
         offset = torch.where(has[:, None, None], offset, torch.zeros_like(offset))
         out = obs.clone()
-        for e in range(len(self.half)):  # each entity's x entries, then its y entries (a surface's repeat: set once)
-            x = self.x[e].unique().to(dev)
-            out[:, x] = obs[:, x] + offset[episode, e, :1]
-            out[:, x + 1] = obs[:, x + 1] + offset[episode, e, 1:]
+        x, step = self.x.to(dev), offset[episode][:, self.entity.to(dev)]  # [T, entries, 2]
+        out[:, x] += step[..., 0]
+        out[:, x + 1] += step[..., 1]
         return out, has[episode] & (t < up[episode]), None
