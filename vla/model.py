@@ -402,14 +402,17 @@ class VLAPolicy(ChunkQueue, nn.Module):
 
     # ---- learning ----------------------------------------------------------------------------------
     def bc_loss(self, obs: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0,
-                label_sigma: float = 0.0, text_noise: float = 0.0, generator: torch.Generator | None = None
-                ) -> torch.Tensor:
+                label_sigma: float = 0.0, text_noise: float = 0.0, generator: torch.Generator | None = None,
+                std_temperature: float = 1.0) -> torch.Tensor:
         """Behaviour cloning on a target chunk ``[B, chunk, act_dim]``: cross-entropy on its bins (tokens), or the
         Gaussian negative log-likelihood of the chunk (continuous). ``label_sigma`` > 0 [bins] spreads each target
         over its neighbouring bins (a discretized Gaussian around the action's exact position): a demonstration's
         action noise spans many bins, and a one-hot target over-fits it. ``text_noise`` > 0 perturbs each
         instruction embedding by Gaussian noise of that std per entry (then back to unit length): a policy that saw
-        two phrasings per task otherwise keys on their exact embeddings and ignores a paraphrase."""
+        two phrasings per task otherwise keys on their exact embeddings and ignores a paraphrase.
+        ``std_temperature`` T (continuous head) weights the likelihood's log-std term by T^2, so the std settles at the
+        targets' spread divided by T: the policy sampled at temperature T (std x T) matches them, with the mean's
+        term, and so its gradient, as at T = 1 (the plain likelihood)."""
         if text_noise > 0:
             t = obs[:, self.text_slice]
             t = t + text_noise * torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype)
@@ -425,7 +428,7 @@ class VLAPolicy(ChunkQueue, nn.Module):
                                           label_smoothing)
         mean = torch.tanh(self.action_head(h)).view(-1, self.horizon, self.act_dim)
         log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        return (0.5 * ((target - mean) / log_std.exp()) ** 2 + log_std).mean()
+        return (0.5 * ((target - mean) / log_std.exp()) ** 2 + std_temperature ** 2 * log_std).mean()
 
     def dist(self, obs: torch.Tensor, temperature: float = 1.0):
         """The distribution of the chunk's first action (RL): independent categoricals over each dimension's bins

@@ -259,14 +259,15 @@ class DemoLoss(RowRing):
             j_ring = self._ring_rows(self.batch_size - k, generator)
         return {k: torch.cat([self.data[k][j_data], self.ring[k][j_ring]]) for k in self.data}
 
-    def __call__(self, policy: torch.nn.Module, generator: torch.Generator) -> torch.Tensor:
+    def __call__(self, policy: torch.nn.Module, generator: torch.Generator, **loss_args) -> torch.Tensor:
+        """The cloning loss on one minibatch; ``loss_args`` go to the policy's ``bc_loss``."""
         rows = self._draw(generator)
         obs, target = self.packer.unpack_rows(rows, slice(None)), rows["target"]
         if self.noise_scale is not None:
             obs = obs + torch.randn(obs.shape, generator=generator, device=obs.device) * self.noise_scale
         if not hasattr(policy, "bc_loss"):
             return ((policy(obs) - target[:, 0]) ** 2).mean()
-        loss = policy.bc_loss(obs, target)
+        loss = policy.bc_loss(obs, target, **loss_args)
         if self.ground:
             loss = loss + self.ground * grounding_loss(policy, obs, rows["ground"])[0]
         return loss

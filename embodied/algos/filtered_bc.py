@@ -85,6 +85,13 @@ class FilteredBCConfig:
     # mini-libero (its config sets it), five-clone ensembles of seeds 0-4, 300k steps, the same runs on 130 starts:
     # mean 85.5 -> 88.0%, the lowest seed 79.2 -> 90.8%, the highest 90.0 -> 83.1% (stop 70)
     sampled_policy: bool = False
+    # the pool's actions are fitted with the likelihood of the policy sampled at ``temperature`` (the one the rollouts
+    # draw them from and, with sampled_policy, the run ships): its std settles at their spread / temperature. Off, the
+    # plain likelihood fits the std to the spread of actions drawn at std x temperature, which shrinks the std by the
+    # temperature with every generation of the pool (mini-libero, the 1-demo clones of seed 1 at 0.5: log std -2.4 /
+    # -2.4 / -1.9 -> -3.2 / -3.1 / -2.9 on the moves and -2.5 -> -4.6 on two turns in 300k steps), and with it the
+    # rollouts' exploration. Needs a Gaussian cloning loss (the VLA's continuous head)
+    fit_temperature: bool = False
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
     # a suite's rollout tasks drawn by their failure rates (by=failures), so the tasks it fails get more rollouts:
@@ -123,6 +130,9 @@ class FilteredBC(SuccessRollouts):
         if cfg.sampled_policy and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
             raise UserError("filtered-bc.sampled_policy samples a Gaussian policy: give the VLA a continuous head "
                             "(policy.vla.head=continuous)")
+        if cfg.fit_temperature and not (ctx.policy.arch == "vla" and ctx.policy.vla.head == "continuous"):
+            raise UserError("filtered-bc.fit_temperature fits the std of a Gaussian cloning loss: give the VLA a "
+                            "continuous head (policy.arch=vla policy.vla.head=continuous)")
         return cls(cfg, ctx)
 
     def __init__(self, cfg: FilteredBCConfig, ctx: BuildContext):
@@ -148,6 +158,7 @@ class FilteredBC(SuccessRollouts):
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)
+        self.loss_args = {"std_temperature": cfg.temperature} if cfg.fit_temperature else {}
         self.num_updates = 0
         self.told = None
         if cfg.ground_rollouts > 0:
@@ -191,7 +202,7 @@ class FilteredBC(SuccessRollouts):
 
     def _loss(self, member: nn.Module) -> torch.Tensor:
         """One gradient step's loss: the pool's cloning loss, plus the grounding loss on instructed rollout steps."""
-        loss = self.pool(member, self.generator)
+        loss = self.pool(member, self.generator, **self.loss_args)
         if self.told is not None and self.told.filled:
             obs, labels = self.told.sample(self.cfg.batch_size, self.generator)
             loss = loss + self.cfg.ground_rollouts * grounding_loss(member, obs, labels)[0]

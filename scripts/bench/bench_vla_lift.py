@@ -193,7 +193,9 @@ def main() -> None:
                                   for a in args.rl_set]
                         summary, wall, _ = _train(run_dir, [*RL[variant], *settings, *rl_set, f"seed={seed}", start,
                                                             f"total_steps={args.rl_steps}"], args.timeout_s)
+                        # log.keep_best=true: the run's policy is its best in-run evaluation's (kept_step)
                         result.update(train_wall_s=round(wall, 1), curve=_curve(run_dir), rl_steps=args.rl_steps,
+                                      kept_step=summary.get("best_step"),
                                       eval=_eval(run_dir, args.eval_episodes, args.timeout_s))
                     # the user's wait for this policy: demos + BC (+ this RL run), each command's wall, not the runs
                     # of other variants this invocation made in between

@@ -171,7 +171,8 @@ def test_filtered_bc_learns_point_reach_and_checkpoints_its_pool(tmp_path):
 
 def test_the_pool_clones_with_bcs_noise_and_grounding(mini_libero_demos):
     """``filtered-bc.ground`` / ``obs_noise``: the pool's loss is BC's, exactly: the cloning loss on noisy states plus
-    the pointers' grounding cross-entropy, its labels read off each episode, the dataset's and each added one."""
+    the pointers' grounding cross-entropy, its labels read off each episode, the dataset's and each added one; with
+    ``fit_temperature`` the cloning loss is the likelihood at the rollouts' temperature."""
     from embodied.algos.bc import episode_grounding, grounding_loss, state_noise_scale
     from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
 
@@ -193,6 +194,18 @@ def test_the_pool_clones_with_bcs_noise_and_grounding(mini_libero_demos):
     obs = rows["obs"] + torch.randn(rows["obs"].shape, generator=g) * pool.noise_scale
     expected = pi.bc_loss(obs, rows["target"]) + grounding_loss(pi, obs, rows["ground"])[0]
     assert torch.allclose(loss, expected)
+    # fit_temperature: the same loss with the likelihood of the policy the rollouts sample (at the temperature)
+    tempered = FilteredBC(FilteredBCConfig(ground=1.0, obs_noise=0.05, temperature=0.5, fit_temperature=True), ctx)
+    tempered.generator.manual_seed(3)
+    loss = tempered._loss(tempered.pi)
+    g.manual_seed(3)
+    rows = tempered.pool._draw(g)
+    obs = rows["obs"] + torch.randn(rows["obs"].shape, generator=g) * tempered.pool.noise_scale
+    expected = tempered.pi.bc_loss(obs, rows["target"], std_temperature=0.5) + \
+        grounding_loss(tempered.pi, obs, rows["ground"])[0]
+    assert torch.allclose(loss, expected)
+    assert not torch.allclose(loss, tempered.pi.bc_loss(obs, rows["target"]) +
+                              grounding_loss(tempered.pi, obs, rows["ground"])[0])
 
 
 def _adam_steps(opt) -> int:
@@ -337,7 +350,8 @@ def test_the_run_ships_the_policy_its_rollouts_sample(tmp_path):
     """``filtered-bc.sampled_policy``: the run's policy samples the rollouts' own distribution (the members' mean of
     means and of scales, at the temperature): exactly mean + stddev x its generator's standard normals, the same draws
     again after ``reset(None)``, given noise exactly; it rebuilds from its spec; ``init=`` moves weights between it
-    and a policy that takes its mean, either way; a token head is one clear line."""
+    and a policy that takes its mean, either way; a token head is one clear line (and for ``fit_temperature``, so is
+    a policy without a Gaussian cloning loss)."""
     from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
     from embodied.checkpoint import save_checkpoint
     from embodied.config import PolicyConfig
@@ -387,6 +401,9 @@ def test_the_run_ships_the_policy_its_rollouts_sample(tmp_path):
     ctx.policy.vla.head = "tokens"
     with pytest.raises(UserError, match="continuous head"):
         FilteredBC.build(FilteredBCConfig(sampled_policy=True), ctx)
+    for other in (ctx, _ctx()):  # fit_temperature: a token head, an mlp (its pool loss is the action MSE)
+        with pytest.raises(UserError, match="continuous head"):
+            FilteredBC.build(FilteredBCConfig(fit_temperature=True), other)
     with pytest.raises(ValueError, match="temperature"):
         SampledActor(algo.pi, 0.0)
 

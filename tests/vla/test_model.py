@@ -311,6 +311,40 @@ def test_token_bc_loss_is_cross_entropy_on_the_target_bins():
     assert torch.allclose(pi.bc_loss(obs, target), expected)
 
 
+def test_gaussian_bc_loss_at_a_temperature_fits_the_tempered_std():
+    """``std_temperature`` T: the continuous head's likelihood with its log-std term weighted by T^2, exactly; T = 1 is
+    the plain likelihood; the mean's gradient does not depend on T; and the std fitted to fixed residuals of spread r
+    settles at r / T (the policy sampled at T then has their spread)."""
+    pi = VLAPolicy(STATE + TEXT, 2, [STATE, TEXT], head="continuous", chunk=2, width=32)
+    g = torch.Generator().manual_seed(0)
+    obs, target = torch.rand(6, STATE + TEXT, generator=g), torch.rand(6, 2, 2, generator=g) * 2 - 1
+    with torch.no_grad():
+        pi.log_std.copy_(torch.tensor([-1.5, -0.5]))
+    mean = pi.chunk(obs)
+    sq = 0.5 * ((target - mean) / pi.log_std.exp()) ** 2
+    assert torch.allclose(pi.bc_loss(obs, target), (sq + pi.log_std).mean())
+    assert torch.allclose(pi.bc_loss(obs, target, std_temperature=0.5), (sq + 0.25 * pi.log_std).mean())
+    grads = []
+    for t in (1.0, 0.5):
+        pi.zero_grad()
+        pi.bc_loss(obs, target, std_temperature=t).backward()
+        grads.append(pi.action_head.weight.grad.clone())
+    assert torch.allclose(grads[0], grads[1])
+    # the std's optimum for the chunk's residuals: their rms per dimension / T (the loss's gradient in it vanishes)
+    rms = (target - mean.detach()).pow(2).mean((0, 1)).sqrt()
+    for t in (1.0, 0.5):
+        with torch.no_grad():
+            pi.log_std.copy_((rms / t).log())
+        pi.zero_grad()
+        pi.bc_loss(obs, target, std_temperature=t).backward()
+        assert torch.allclose(pi.log_std.grad, torch.zeros(2), atol=1e-6)
+    with torch.no_grad():  # at the plain fit, the tempered loss still raises the std
+        pi.log_std.copy_(rms.log())
+    pi.zero_grad()
+    pi.bc_loss(obs, target, std_temperature=0.5).backward()
+    assert (pi.log_std.grad < 0).all()
+
+
 def test_text_noise_perturbs_only_the_instruction_reproducibly():
     pi = VLAPolicy(STATE + TEXT, 2, [STATE, TEXT], bins=16, chunk=1)
     obs, target = torch.rand(6, STATE + TEXT), torch.rand(6, 1, 2) * 2 - 1
