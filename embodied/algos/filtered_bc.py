@@ -92,8 +92,9 @@ class FilteredBCConfig:
     # -2.4 / -1.9 -> -3.2 / -3.1 / -2.9 on the moves and -2.5 -> -4.6 on two turns in 300k steps), and with it the
     # rollouts' exploration. Needs a Gaussian cloning loss (the VLA's continuous head). Measured there from the same
     # clone (seed 1, mirror 0.25, 130 starts): in-run 0.377 0.423 0.400 at 58k / 106k / 154k against 0.462 0.515 0.546
-    # off, rollout success 0.27-0.44 against 0.36-0.52 (stopped at 182k): the demonstrations, fitted at the
-    # temperature too, double the std the rollouts start from, and the shrinking std is the sharper policy; off
+    # off, rollout success 0.27-0.44 against 0.36-0.52 (stopped at 182k). My reading (not measured): the
+    # demonstrations, fitted at the temperature too, pull the std toward twice the clone's (the loss's optimum), and
+    # the shrinking std is the sharper policy; off
     fit_temperature: bool = False
     demo_starts: DemoStartsConfig = field(default_factory=DemoStartsConfig)  # groups from demonstration states
     branch_starts: BranchStartsConfig = field(default_factory=BranchStartsConfig)  # groups from its own states
