@@ -228,7 +228,13 @@ class FilteredBC(SuccessRollouts):
                     follow(self.averages[i], member, self.cfg.average_tau)
                 total += float(loss.detach())
         self.num_updates += 1
-        return {**log, "filtered-bc/loss": total / (self.cfg.grad_steps * len(self.members))}
+        log["filtered-bc/loss"] = total / (self.cfg.grad_steps * len(self.members))
+        # a Gaussian policy's state-independent log std (the members' mean): cloning the pool moves it
+        stds = [m.log_std.detach().mean() for m in self.members
+                if isinstance(getattr(m, "log_std", None), torch.Tensor)]
+        if stds:
+            log["filtered-bc/log_std"] = float(torch.stack(stds).mean())
+        return log
 
     def dist(self, obs: torch.Tensor):
         """One policy's tempered distribution; the members' as one Gaussian: the mean of their means (the action

@@ -238,6 +238,7 @@ def test_members_act_as_their_mean_and_each_clones_the_shared_pool():
     before = [[p.clone() for p in m.parameters()] for m in (a, b)]
     out = _rollout(algo, ends=[1, 3, 2, 0], outcomes=[1, 0, 1, 1])
     assert algo.pool.size == 6 and out["filtered-bc/loss"] > 0
+    assert out["filtered-bc/log_std"] == pytest.approx(float((a.log_std.mean() + b.log_std.mean()) / 2))
     for m, old in zip((a, b), before):
         assert any(not torch.equal(p, q) for p, q in zip(m.parameters(), old))
     assert [_adam_steps(o) for o in algo.opts] == [3, 3]
