@@ -87,7 +87,9 @@ class DemoLoss(RowRing):
     rollouts of filtered BC) to a ring of the newest ``capacity`` steps kept beside the dataset, and minibatches are
     drawn uniformly over both. With ``balance``, the added steps carry a group (``extend(..., group=)``: e.g. the task
     of a suite each came from) and the rows drawn from the ring give every group present the same share, however
-    unequally the groups filled it.
+    unequally the groups filled it. With ``weighted``, every added step carries a draw weight
+    (``extend(..., weight=)``, e.g. its episode's discounted return) and the ring's rows are drawn in proportion to it
+    (within their group's share, with ``balance``).
 
     BC's regularizers, so that fine-tuning clones with the loss the policy was cloned with: ``obs_noise`` (Gaussian
     noise on the state entries, in standard deviations of the dataset's) and ``ground`` (a pointer policy's grounding
@@ -99,7 +101,7 @@ class DemoLoss(RowRing):
     def __init__(self, path: str, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int,
                  what: str, layout=None, capacity: int = 0, demo_ratio: float | None = None, obs_noise: float = 0.0,
                  ground: float = 0.0, balance: bool = False, relabeller=None, relabel: int = 0,
-                 generator: torch.Generator | None = None):
+                 generator: torch.Generator | None = None, weighted: bool = False):
         from embodied.datasets import read_transitions
 
         if not path:
@@ -112,7 +114,7 @@ class DemoLoss(RowRing):
                             f"has {obs_dim}")
         episode = (torch.cumsum(data["initial"].long(), 0) - 1).to(device)
         self._setup(policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground, balance,
-                    relabeller, relabel, generator)
+                    relabeller, relabel, generator, weighted)
         (state, episode), target = self._relabelled(data["state"].to(device),
                                                     self._targets(data["action"].to(device), episode), episode)[:2]
         self.data = {**self.packer.pack(state), "target": target}
@@ -124,11 +126,11 @@ class DemoLoss(RowRing):
     @classmethod
     def empty(cls, policy: torch.nn.Module, obs_dim: int, device: torch.device, batch_size: int, layout=None,
               capacity: int = 1, obs_noise: float = 0.0, ground: float = 0.0, balance: bool = False, relabeller=None,
-              relabel: int = 0, generator: torch.Generator | None = None) -> DemoLoss:
+              relabel: int = 0, generator: torch.Generator | None = None, weighted: bool = False) -> DemoLoss:
         """A pool without demonstrations, filled by ``extend`` alone (the noise's scale from the first steps added)."""
         self = cls.__new__(cls)
         self._setup(policy, obs_dim, device, batch_size, layout, capacity, None, obs_noise, ground, balance,
-                    relabeller, relabel, generator)
+                    relabeller, relabel, generator, weighted)
         self.data = {**self.packer.pack(torch.zeros(0, obs_dim, device=device)),
                      "target": torch.zeros(0, self.horizon, 0, device=device)}
         if self.ground:
@@ -136,7 +138,7 @@ class DemoLoss(RowRing):
         return self
 
     def _setup(self, policy, obs_dim, device, batch_size, layout, capacity, demo_ratio, obs_noise, ground,
-               balance, relabeller=None, relabel=0, generator=None) -> None:
+               balance, relabeller=None, relabel=0, generator=None, weighted=False) -> None:
         # camera entries kept as uint8 (core/pixels.py), unpacked per minibatch
         self.packer = PixelPacker.of(layout, "policy", obs_dim)
         self.horizon, self.batch_size, self.capacity = getattr(policy, "horizon", 1), batch_size, capacity
@@ -149,19 +151,20 @@ class DemoLoss(RowRing):
         self.ring: dict[str, torch.Tensor] = {}  # the added steps' packed observations, "target" (and "ground")
         self.filled = 0  # rows of the ring in use
         self.added = 0  # steps ever added (the next row written is added % capacity)
-        self.balance = balance
-        self._cdf: torch.Tensor | None = None  # the ring rows' cumulative draw weights (balance), made when needed
+        self.balance, self.weighted = balance, weighted
+        self._cdf: torch.Tensor | None = None  # the ring rows' cumulative draw weights, made when needed
         self.relabeller, self.relabel, self.generator = relabeller, relabel if relabeller is not None else 0, generator
 
     def _relabelled(self, state: torch.Tensor, target: torch.Tensor, episode: torch.Tensor,
-                    group: torch.Tensor | None = None):
-        """``(state, episode)``, ``target`` and ``group`` of whole episodes (``episode`` numbered 0..n-1) with the
-        ``relabel`` relabelled copies of each appended (episodes numbered on), and the count of the copies' rows."""
+                    *columns: torch.Tensor | None):
+        """``(state, episode)``, ``target`` and ``columns`` (per-row values a copy repeats: a group, a weight) of whole
+        episodes (``episode`` numbered 0..n-1) with the ``relabel`` relabelled copies of each appended (episodes
+        numbered on), and the count of the copies' rows."""
         if not self.relabel or not len(episode):
-            return (state, episode), target, group, 0
-        more, episode, target, group = with_relabelled_copies(self.relabeller, state, episode, self.relabel,
-                                                              self.generator, target, group)
-        return (more, episode), target, group, len(more) - len(state)
+            return (state, episode), target, columns, 0
+        more, episode, target, *columns = with_relabelled_copies(self.relabeller, state, episode, self.relabel,
+                                                                 self.generator, target, *columns)
+        return (more, episode), target, columns, len(more) - len(state)
 
     @torch.no_grad()
     def _labels(self, state: torch.Tensor, episode: torch.Tensor) -> torch.Tensor:
@@ -188,26 +191,27 @@ class DemoLoss(RowRing):
 
     @torch.no_grad()
     def extend(self, obs: dict[str, torch.Tensor], action: torch.Tensor, episode: torch.Tensor,
-               group: torch.Tensor | None = None) -> None:
+               group: torch.Tensor | None = None, weight: torch.Tensor | None = None) -> None:
         """Adds steps: ``obs`` packed as the packer packs them, ``action [M, act_dim]``, ``episode [M]`` (each step's
-        episode, episodes contiguous), and with ``balance`` each step's ``group [M]`` (integers >= 0); past
-        ``capacity`` the oldest added steps are overwritten."""
+        episode, episodes contiguous), with ``balance`` each step's ``group [M]`` (integers >= 0) and with
+        ``weighted`` its draw weight ``[M]`` (> 0); past ``capacity`` the oldest added steps are overwritten."""
         if self.capacity < 1:
             raise ValueError("this DemoLoss was built without a capacity for added steps")
         if self.balance and group is None:
             raise ValueError("a balanced pool needs each added step's group")
+        if self.weighted and weight is None:
+            raise ValueError("a weighted pool needs each added step's weight")
         numbered = torch.unique_consecutive(episode, return_inverse=True)[1]  # episodes numbered 0, 1, ...
         target = self._targets(action, numbered)
         m = target.shape[0]
-        rows = {**obs, "target": target}
-        if self.balance:
-            rows["group"] = group.long()
+        extra = {**({"group": group.long()} if self.balance else {}),
+                 **({"weight": weight.double()} if self.weighted else {})}
+        rows = {**obs, "target": target, **extra}
         if self.ground or self.relabel or (self.obs_noise > 0 and self.noise_scale is None):
             state = self.packer.unpack_rows(obs, torch.arange(m, device=numbered.device))
-            (state, numbered), target, group, copies = self._relabelled(state, target, numbered,
-                                                                        rows.get("group"))
+            (state, numbered), target, columns, copies = self._relabelled(state, target, numbered, *extra.values())
             if copies:
-                rows = {**self.packer.pack(state), "target": target, **({"group": group} if self.balance else {})}
+                rows = {**self.packer.pack(state), "target": target, **dict(zip(extra, columns))}
             if self.ground:
                 rows["ground"] = self._labels(state, numbered)
             if self.obs_noise > 0 and self.noise_scale is None:
@@ -215,20 +219,28 @@ class DemoLoss(RowRing):
         self._write(rows)
         self._cdf = None
 
+    @property
+    def _drawn_by_weight(self) -> bool:
+        """Whether the ring's rows are drawn by ``ring_weights`` (a balanced or weighted pool with rows added)."""
+        return (self.balance and "group" in self.ring) or (self.weighted and "weight" in self.ring)
+
     def ring_weights(self) -> torch.Tensor:
-        """``[filled]``: each ring row's chance of being drawn (balance: 1 / (groups present x its group's rows))."""
+        """``[filled]``: each ring row's chance of being drawn: its weight over the ring's total (1 without
+        ``weighted``); with ``balance``, its weight over its group's total, divided by the groups present."""
+        w = self.ring["weight"][:self.filled].double().cpu() if self.weighted and "weight" in self.ring \
+            else torch.ones(self.filled, dtype=torch.float64)
         if not (self.balance and "group" in self.ring):
-            return torch.full((self.filled,), 1.0 / max(self.filled, 1), dtype=torch.float64)
-        group = self.ring["group"][:self.filled]
-        count = torch.bincount(group)
-        return 1.0 / (count[group].double() * int((count > 0).sum()))
+            return w / w.sum().clamp_min(1e-300) if self.filled else w
+        group = self.ring["group"][:self.filled].cpu()
+        total = torch.zeros(int(group.max()) + 1, dtype=torch.float64).index_add_(0, group, w)
+        return w / (total[group] * int((total > 0).sum()))
 
     def _ring_rows(self, k: int, generator: torch.Generator) -> torch.Tensor:
-        """``k`` ring rows drawn with ``ring_weights`` (uniformly without ``balance``)."""
-        if not (self.balance and "group" in self.ring):
+        """``k`` ring rows drawn with ``ring_weights`` (uniformly in a pool neither balanced nor weighted)."""
+        if not self._drawn_by_weight:
             return torch.randint(self.filled, (k,), generator=generator, device=generator.device)
         if self._cdf is None:
-            self._cdf = self.ring_weights().to(self.ring["group"].device).cumsum(0)
+            self._cdf = self.ring_weights().to(self.ring["target"].device).cumsum(0)
         u = torch.rand(k, generator=generator, device=generator.device, dtype=torch.float64) * self._cdf[-1]
         return torch.searchsorted(self._cdf, u, right=True).clamp_max(self.filled - 1)
 
@@ -246,12 +258,12 @@ class DemoLoss(RowRing):
         if not self.filled:
             return {k: v[j] for k, v in self.data.items()}
         if not n_data:
-            j = self._ring_rows(self.batch_size, generator) if self.balance else j
-            return {k: v[j] for k, v in self.ring.items() if k != "group"}
+            j = self._ring_rows(self.batch_size, generator) if self._drawn_by_weight else j
+            return {k: v[j] for k, v in self.ring.items() if k not in ("group", "weight")}
         if self.demo_ratio is None:
             ring = j >= n_data
             j_data, j_ring = j[~ring], j[ring] - n_data
-            if self.balance:
+            if self._drawn_by_weight:
                 j_ring = self._ring_rows(j_ring.numel(), generator)
         else:
             k = round(self.demo_ratio * self.batch_size)

@@ -106,6 +106,11 @@ class FilteredBCConfig:
     # task's relabelling, ``core/relabel.py``: on mini-libero a success on one cube is one on the others; the pool's
     # ``filtered-bc/rollout_steps`` count the copies); 0: none
     relabel: int = 0
+    # a successful episode's steps are drawn from the pool in proportion to discount ** T, T its length in steps (the
+    # discounted return of the 0/1 success reward: reward-weighted regression's weights, as in AWR with a sparse
+    # reward), so the quicker successes, the ones without hesitations and second tries, weigh more than the slow ones
+    # among the policy's own; the demonstrations keep their uniform share. None: every success alike (the 0/1 return)
+    discount: float | None = None
 
 
 class FilteredBC(SuccessRollouts):
@@ -129,6 +134,9 @@ class FilteredBC(SuccessRollouts):
             raise UserError(f"filtered-bc.balance is pool or task, got {cfg.balance!r}")
         if cfg.ground_rollouts < 0 or cfg.ground_capacity < 1:
             raise UserError("filtered-bc: ground_rollouts >= 0 and ground_capacity >= 1")
+        if cfg.discount is not None and not 0 < cfg.discount <= 1:
+            raise UserError(f"filtered-bc.discount weighs a success of T steps by discount ** T: in (0, 1] (or null: "
+                            f"none), got {cfg.discount}")
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
             raise UserError(f"filtered-bc.average_tau is a rate in (0, 1] (or null: none), got {cfg.average_tau}")
         if cfg.sampled_policy and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
@@ -158,7 +166,8 @@ class FilteredBC(SuccessRollouts):
             self.shipped = SampledActor(self.shipped, cfg.temperature, seed=ctx.seed)
         recipe = {"obs_noise": cfg.obs_noise, "ground": cfg.ground, "balance": cfg.balance == "task",
                   "relabeller": ctx.relabeller,
-                  "relabel": relabel_copies("filtered-bc.relabel", cfg.relabel, ctx), "generator": self.generator}
+                  "relabel": relabel_copies("filtered-bc.relabel", cfg.relabel, ctx), "generator": self.generator,
+                  "weighted": cfg.discount is not None}
         self.pool = DemoLoss(ctx.data, self.pi, obs_dim, self.device, cfg.batch_size, "filtered-bc", ctx.layout,
                              capacity=cfg.capacity, demo_ratio=cfg.demo_ratio, **recipe) if ctx.data else \
             DemoLoss.empty(self.pi, obs_dim, self.device, cfg.batch_size, ctx.layout, capacity=cfg.capacity, **recipe)
@@ -189,7 +198,10 @@ class FilteredBC(SuccessRollouts):
                     raise UserError("filtered-bc.balance=task needs a suite whose episodes report their task "
                                     f"(the outcome's {TASK_ID!r}); this task reports none: use balance=pool")
                 group = self.task_of[:, None].expand_as(mask)[mask]
-            self.pool.extend(rows, cols["action"].transpose(0, 1)[mask], episode, group)
+            weight = None
+            if self.cfg.discount is not None:  # discount ** T, T each episode's length (its steps in this rollout)
+                weight = (self.cfg.discount ** valid.sum(0).double())[:, None].expand_as(mask)[mask]
+            self.pool.extend(rows, cols["action"].transpose(0, 1)[mask], episode, group, weight)
         return {**self.rollout_log(valid), "filtered-bc/won_episodes": float(won.sum()),
                 "filtered-bc/pool_steps": float(self.pool.size), "filtered-bc/rollout_steps": float(self.pool.added)}
 

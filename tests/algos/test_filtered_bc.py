@@ -100,6 +100,40 @@ def test_a_balanced_pool_gives_every_group_the_same_share():
     assert torch.equal(again.ring_weights(), w)
 
 
+def test_a_discounted_pool_draws_each_success_by_its_discounted_return(tmp_path):
+    from embodied.algos.cotrain import DemoLoss
+    from embodied.algos.filtered_bc import FilteredBC, FilteredBCConfig
+    from embodied.policies import GaussianActor
+
+    algo = _fbc(grad_steps=0, discount=0.5)
+    _rollout(algo, ends=[1, 3, 2, 0], outcomes=[1, 0, 1, 1])
+    # env 0 won in 2 steps, env 2 in 3, env 3 in 1 (env 1 failed): each step weighs 0.5 ** its episode's length
+    raw = torch.tensor([0.25, 0.25, 0.125, 0.125, 0.125, 0.5], dtype=torch.float64)
+    assert torch.equal(algo.pool.ring["weight"][:6], raw)
+    assert torch.equal(algo.pool.ring_weights(), raw / 1.375)
+    algo.pool.batch_size = 20000
+    seen, _ = algo.pool.sample(torch.Generator().manual_seed(0))
+    share = torch.stack([(seen[:, :2] == torch.tensor(r)).all(1).double().mean()
+                         for r in ([0, 0.0], [0, 1.0], [2, 0.0], [2, 1.0], [2, 2.0], [3, 0.0])])
+    assert torch.allclose(share, raw / 1.375, atol=0.01)  # 20000 draws: std <= 0.0035
+    again = FilteredBC(FilteredBCConfig(grad_steps=0, discount=0.5), _ctx())  # resumed: the weights come back
+    again.load_state_dict(algo.state_dict())
+    assert torch.equal(again.pool.ring_weights(), algo.pool.ring_weights())
+    # discount 1: every success alike, as the plain pool draws them
+    flat = _fbc(grad_steps=0, discount=1.0)
+    _rollout(flat, ends=[1, 3, 2, 0], outcomes=[1, 0, 1, 1])
+    assert torch.equal(flat.pool.ring_weights(), torch.full((6,), 1 / 6, dtype=torch.float64))
+    # with balance: a row's weight over its group's total, over the groups present
+    pi = GaussianActor(4, 2, [8])
+    both = DemoLoss.empty(pi, 4, torch.device("cpu"), 8, capacity=10, balance=True, weighted=True)
+    with pytest.raises(ValueError, match="weight"):
+        both.extend({"obs": torch.zeros(3, 4)}, torch.zeros(3, 2), torch.zeros(3, dtype=torch.long),
+                    torch.tensor([0, 0, 1]))
+    both.extend({"obs": torch.zeros(3, 4)}, torch.zeros(3, 2), torch.zeros(3, dtype=torch.long),
+                torch.tensor([0, 0, 1]), torch.tensor([1.0, 3.0, 2.0]))
+    assert torch.equal(both.ring_weights(), torch.tensor([0.125, 0.375, 0.5], dtype=torch.float64))
+
+
 def test_filtered_bc_balances_its_pool_by_the_episodes_tasks():
     from embodied.algos.base import Transition
     from embodied.core.errors import UserError
@@ -154,6 +188,9 @@ def test_bad_settings_are_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="grad_steps"):
         train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.grad_steps=-1"]),
               tmp_path / "b")
+    with pytest.raises(UserError, match="discount"):
+        train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.discount=1.5"]),
+              tmp_path / "d")
 
 
 def test_filtered_bc_learns_point_reach_and_checkpoints_its_pool(tmp_path):
