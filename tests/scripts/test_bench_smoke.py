@@ -141,3 +141,15 @@ def test_pick_failures_frozen_reads_each_episode_last_steps():
     assert frozen(path, length).tolist() == [False, True, True, False]
     path[:21, 2, 1] = torch.arange(21) * 0.000101  # 2.02 mm over its 20 steps: moved
     assert frozen(path, length).tolist() == [False, True, False, False]
+
+
+def test_start_repeats_binomial_is_independent_luck_at_the_mean():
+    """The histogram failures by independent luck would give: n starts x C(r, j) p^j (1 - p)^(r - j)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_start_repeats", SCRIPT.parent / "bench_start_repeats.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.binomial(100, 2, 0.5) == [25.0, 50.0, 25.0]
+    assert bench.binomial(10, 3, 0.2) == pytest.approx([5.12, 3.84, 0.96, 0.08])
+    assert bench.binomial(7, 4, 1.0) == [0.0, 0.0, 0.0, 0.0, 7.0]
