@@ -147,6 +147,8 @@ def test_start_repeats_binomial_is_independent_luck_at_the_mean():
     """The histogram failures by independent luck would give: n starts x C(r, j) p^j (1 - p)^(r - j)."""
     import importlib.util
 
+    import pytest
+
     spec = importlib.util.spec_from_file_location("bench_start_repeats", SCRIPT.parent / "bench_start_repeats.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
