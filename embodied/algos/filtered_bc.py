@@ -13,6 +13,7 @@ The pool keeps the newest ``capacity`` rollout steps (the demonstrations are alw
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -111,6 +112,13 @@ class FilteredBCConfig:
     # reward), so the quicker successes, the ones without hesitations and second tries, weigh more than the slow ones
     # among the policy's own; the demonstrations keep their uniform share. None: every success alike (the 0/1 return)
     discount: float | None = None
+    # the rollouts' exploration noise in time: each env's standard normal noise follows an AR(1) process through the
+    # rollout, noise_t = rho * noise_{t-1} + sqrt(1 - rho^2) * fresh_t (rho this; still standard normal at every step,
+    # so each action's spread is the policy's at ``temperature``), so that the noise adds up to coherent departures
+    # from the mean path (an arm reaching a few cm elsewhere) that white noise averages away: a departure over k steps
+    # spreads ~sqrt((1 + rho) / (1 - rho)) times as far (3x at 0.8; OU noise in DDPG, pink noise). Only exploration:
+    # the pool clones the actions taken, and the shipped policy (sampled_policy) samples white noise. 0: white
+    noise_correlation: float = 0.0
 
 
 class FilteredBC(SuccessRollouts):
@@ -137,6 +145,9 @@ class FilteredBC(SuccessRollouts):
         if cfg.discount is not None and not 0 < cfg.discount <= 1:
             raise UserError(f"filtered-bc.discount weighs a success of T steps by discount ** T: in (0, 1] (or null: "
                             f"none), got {cfg.discount}")
+        if not 0 <= cfg.noise_correlation < 1:
+            raise UserError(f"filtered-bc.noise_correlation is the noise's step-to-step correlation: in [0, 1), got "
+                            f"{cfg.noise_correlation}")
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
             raise UserError(f"filtered-bc.average_tau is a rate in (0, 1] (or null: none), got {cfg.average_tau}")
         if cfg.sampled_policy and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
@@ -179,6 +190,22 @@ class FilteredBC(SuccessRollouts):
                 raise UserError("filtered-bc.ground_rollouts trains a pointer policy's grounding: give the VLA entity "
                                 "pointers (policy.vla.state_encoder=pointers)")
             self.told = InstructedSteps(self.pool.packer, cfg.ground_capacity)
+
+    def _new_rollout(self) -> None:
+        super()._new_rollout()
+        self.noise: torch.Tensor | None = None  # the rollout's correlated noise [N, act_dim], drawn at its first step
+
+    @torch.no_grad()
+    def act(self, obs):
+        """The tempered policy's action; with ``noise_correlation``, its noise the AR(1) process through the rollout."""
+        rho = self.cfg.noise_correlation
+        if rho == 0:
+            return super().act(obs)
+        dist = self.dist(obs["policy"])
+        fresh = torch.randn(dist.mean.shape, generator=self.generator, device=dist.mean.device)
+        self.noise = fresh if self.noise is None else rho * self.noise + math.sqrt(1.0 - rho * rho) * fresh
+        action = dist.mean + dist.stddev * self.noise
+        return action, {"log_prob": dist.log_prob(action)}
 
     def close_rollout(self) -> dict[str, float]:
         """The successful episodes' steps (each episode contiguous) into the pool."""

@@ -134,6 +134,40 @@ def test_a_discounted_pool_draws_each_success_by_its_discounted_return(tmp_path)
     assert torch.equal(both.ring_weights(), torch.tensor([0.125, 0.375, 0.5], dtype=torch.float64))
 
 
+def test_correlated_noise_is_an_ar1_process_through_each_rollout():
+    rho = 0.8  # sqrt(1 - rho^2) = 0.6
+    algo = _fbc(grad_steps=0, noise_correlation=rho)
+    algo.rollout_starts()
+    obs = {"policy": torch.tensor([[i, 0.5, -0.5, 0.0] for i in range(4)])}
+    dist = algo.dist(obs["policy"])
+    g = torch.Generator()
+    g.set_state(algo.generator.get_state())  # the draws the rollouts will take
+    noise = None
+    for _ in range(3):
+        action, extras = algo.act(obs)
+        fresh = torch.randn(dist.mean.shape, generator=g)
+        noise = fresh if noise is None else rho * noise + 0.6 * fresh
+        assert torch.allclose(action, dist.mean + dist.stddev * noise, atol=1e-6)
+        assert torch.allclose(extras["log_prob"], dist.log_prob(action))
+    algo.rollout_starts()  # a new rollout draws its noise afresh
+    assert algo.noise is None
+    # its statistics: standard normal at every step, lag-1 correlation rho (4 x 2 dims x 4000 steps)
+    steps = []
+    for _ in range(4000):
+        algo.act(obs)
+        steps.append(algo.noise)
+    e = torch.stack(steps)
+    assert abs(float(e.var()) - 1.0) < 0.08
+    assert abs(float((e[1:] * e[:-1]).mean() / e.var()) - rho) < 0.03
+    # rho 0 (the default): the white noise of every rollout learner, from the same generator
+    white = _fbc(grad_steps=0)
+    white.rollout_starts()
+    g.set_state(white.generator.get_state())
+    action, _ = white.act(obs)
+    assert torch.allclose(action, dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=g), atol=1e-6)
+    assert white.noise is None
+
+
 def test_filtered_bc_balances_its_pool_by_the_episodes_tasks():
     from embodied.algos.base import Transition
     from embodied.core.errors import UserError
@@ -188,6 +222,9 @@ def test_bad_settings_are_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="grad_steps"):
         train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.grad_steps=-1"]),
               tmp_path / "b")
+    with pytest.raises(UserError, match="noise_correlation"):
+        train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.noise_correlation=1"]),
+              tmp_path / "e")
     with pytest.raises(UserError, match="discount"):
         train(load_config("point-reach", None, ["algo=filtered-bc", "num_envs=8", "filtered-bc.discount=1.5"]),
               tmp_path / "d")
