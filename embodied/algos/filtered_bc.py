@@ -110,7 +110,9 @@ class FilteredBCConfig:
     # a successful episode's steps are drawn from the pool in proportion to discount ** T, T its length in steps (the
     # discounted return of the 0/1 success reward: reward-weighted regression's weights, as in AWR with a sparse
     # reward), so the quicker successes, the ones without hesitations and second tries, weigh more than the slow ones
-    # among the policy's own; the demonstrations keep their uniform share. None: every success alike (the 0/1 return).
+    # among the policy's own (T counts from the episode's start in its rollout: with demo_starts or branch_starts,
+    # from the restored state, so those weigh by what was left); the demonstrations keep their uniform share. None:
+    # every success alike (the 0/1 return).
     # mini-libero, 1 demo a task, 0.97 (a 40-step success 3.4x a 80-step one), from the clones of seeds 1 / 4, 160k
     # steps, the kept policy on the figure's 130 starts: 42.3 / 45.4% against 50.0 / 40.8% without (in-run 0.415 0.492
     # 0.469 against 0.462 0.515 0.546 on seed 1); off (issue 13, stop 78)
@@ -161,6 +163,9 @@ class FilteredBC(SuccessRollouts):
         if cfg.sampled_policy and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
             raise UserError("filtered-bc.sampled_policy samples a Gaussian policy: give the VLA a continuous head "
                             "(policy.vla.head=continuous)")
+        if cfg.noise_correlation > 0 and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
+            raise UserError("filtered-bc.noise_correlation correlates a Gaussian policy's noise: give the VLA a "
+                            "continuous head (policy.vla.head=continuous)")
         if cfg.fit_temperature and not (ctx.policy.arch == "vla" and ctx.policy.vla.head == "continuous"):
             raise UserError("filtered-bc.fit_temperature fits the std of a Gaussian cloning loss: give the VLA a "
                             "continuous head (policy.arch=vla policy.vla.head=continuous)")

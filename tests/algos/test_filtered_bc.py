@@ -476,6 +476,8 @@ def test_the_run_ships_the_policy_its_rollouts_sample(tmp_path):
     ctx.policy.vla.head = "tokens"
     with pytest.raises(UserError, match="continuous head"):
         FilteredBC.build(FilteredBCConfig(sampled_policy=True), ctx)
+    with pytest.raises(UserError, match="continuous head"):  # a token head's bins have no noise to correlate
+        FilteredBC.build(FilteredBCConfig(noise_correlation=0.8), ctx)
     for other in (ctx, _ctx()):  # fit_temperature: a token head, an mlp (its pool loss is the action MSE)
         with pytest.raises(UserError, match="continuous head"):
             FilteredBC.build(FilteredBCConfig(fit_temperature=True), other)
