@@ -160,12 +160,12 @@ class FilteredBC(SuccessRollouts):
                             f"{cfg.noise_correlation}")
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
             raise UserError(f"filtered-bc.average_tau is a rate in (0, 1] (or null: none), got {cfg.average_tau}")
-        if cfg.sampled_policy and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
-            raise UserError("filtered-bc.sampled_policy samples a Gaussian policy: give the VLA a continuous head "
+        # the options that draw a Gaussian policy's noise (a token head samples bins)
+        noisy = [k for k, on in (("sampled_policy", cfg.sampled_policy),
+                                 ("noise_correlation", cfg.noise_correlation > 0)) if on]
+        if noisy and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
+            raise UserError(f"filtered-bc.{noisy[0]} draws a Gaussian policy's noise: give the VLA a continuous head "
                             "(policy.vla.head=continuous)")
-        if cfg.noise_correlation > 0 and ctx.policy.arch == "vla" and ctx.policy.vla.head != "continuous":
-            raise UserError("filtered-bc.noise_correlation correlates a Gaussian policy's noise: give the VLA a "
-                            "continuous head (policy.vla.head=continuous)")
         if cfg.fit_temperature and not (ctx.policy.arch == "vla" and ctx.policy.vla.head == "continuous"):
             raise UserError("filtered-bc.fit_temperature fits the std of a Gaussian cloning loss: give the VLA a "
                             "continuous head (policy.arch=vla policy.vla.head=continuous)")
