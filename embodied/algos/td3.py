@@ -8,6 +8,7 @@ gives at evaluation, and the deterministic policy then hovers low)."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -29,6 +30,10 @@ class TD3Config(OffPolicyConfig):
     # FastTD3's mixed noise: each env's std drawn from U[exploration_noise, exploration_noise_max] and
     # redrawn when its episode ends, so the batch explores at several scales at once (None: one std)
     exploration_noise_max: float | None = None
+    # the exploration noise's step-to-step correlation rho in [0, 1): each env's noise an AR(1) process through its
+    # episode, n_t = rho n_{t-1} + sqrt(1 - rho^2) e_t (e_t standard normal, so n_t stays standard normal), fresh at
+    # each episode's start, times the env's std. 0: white noise, the draws of plain TD3
+    noise_correlation: float = 0.0
     target_noise: float = 0.2  # target policy smoothing std
     target_noise_clip: float = 0.5
     # the gradient step: ``numba`` (embodied/kernels/td3_numba.py: the same step in two compiled calls, ~3x faster
@@ -72,7 +77,13 @@ class TD3(OffPolicyAlgorithm):
         if hi is not None and hi < self.cfg.exploration_noise:
             raise UserError(f"td3.exploration_noise_max={hi} is below "
                             f"td3.exploration_noise={self.cfg.exploration_noise}")
+        if not 0 <= self.cfg.noise_correlation < 1:
+            raise UserError(f"td3.noise_correlation is the exploration noise's step-to-step correlation: in [0, 1), "
+                            f"got {self.cfg.noise_correlation}")
         self.noise_std = torch.full((self.num_envs, 1), self.cfg.exploration_noise, device=self.device)
+        # the correlated noise of each env's episode (standard normal) and which envs start a new one at their next step
+        self.noise = torch.zeros(self.num_envs, act_dim, device=self.device)
+        self.noise_fresh = torch.ones(self.num_envs, 1, dtype=torch.bool, device=self.device)
         self._redraw_noise(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         return actor
 
@@ -100,14 +111,22 @@ class TD3(OffPolicyAlgorithm):
     def _explore(self, obs: torch.Tensor) -> torch.Tensor:
         a = self._fused.act(obs) if self._fused is not None else self.pi.act(obs)
         # per-env noise scales belong to the run's own envs; another collector's (a model's rollouts) get the base
-        std = self.noise_std if obs.shape[0] == self.num_envs else self.cfg.exploration_noise
-        noise = torch.randn(a.shape, generator=self.generator, device=self.device) * std
-        return (a + noise).clamp(-1.0, 1.0)
+        own = obs.shape[0] == self.num_envs
+        std = self.noise_std if own else self.cfg.exploration_noise
+        noise = torch.randn(a.shape, generator=self.generator, device=self.device)
+        rho = self.cfg.noise_correlation
+        if own and rho > 0:
+            self.noise = torch.where(self.noise_fresh, noise, rho * self.noise + math.sqrt(1.0 - rho * rho) * noise)
+            self.noise_fresh.zero_()
+            noise = self.noise
+        return (a + noise * std).clamp(-1.0, 1.0)
 
     def observe(self, tr: Transition) -> None:
         super().observe(tr)
         if tr.stream == MAIN_STREAM:
-            self._redraw_noise(tr.terminated | tr.truncated)
+            ended = tr.terminated | tr.truncated
+            self._redraw_noise(ended)
+            self.noise_fresh |= ended[:, None]
 
     def _gradient_step(self) -> dict[str, torch.Tensor]:
         """    a'   = clip(pi'(s') + clip(N(0, s~), -c, c), -1, 1)
@@ -155,7 +174,8 @@ class TD3(OffPolicyAlgorithm):
         return torch.randn(shape, generator=self.generator, device=self.device)
 
     def state_dict(self) -> dict:
-        state = {**super().state_dict(), "pi_target": self.pi_target.state_dict(), "noise_std": self.noise_std.clone()}
+        state = {**super().state_dict(), "pi_target": self.pi_target.state_dict(), "noise_std": self.noise_std.clone(),
+                 "noise": self.noise.clone(), "noise_fresh": self.noise_fresh.clone()}
         if self._fused is not None:
             state["kernel_rng"] = torch.from_numpy(self._fused.rng.view(np.int64).copy())
         return state
@@ -165,6 +185,9 @@ class TD3(OffPolicyAlgorithm):
         self.pi_target.load_state_dict(state["pi_target"])
         if "noise_std" in state:
             self.noise_std = state["noise_std"].to(self.device)
+        if "noise" in state:
+            self.noise = state["noise"].to(self.device)
+            self.noise_fresh = state["noise_fresh"].to(self.device)
         if self._fused is not None and "kernel_rng" in state:
             self._fused.rng[:] = state["kernel_rng"].numpy().view(np.uint64)
 

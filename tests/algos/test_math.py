@@ -732,3 +732,59 @@ def test_segment_lambda_returns_cut_at_episode_ends():
     assert torch.allclose(segment_lambda_returns(r, f, t, v, 0.5, 0.5), torch.tensor([[3.625, 5.5, 4.5]]))
     # nothing ends: R_2 = 4.5, R_1 = 1 + 0.5 (0.5 * 9 + 0.5 * 4.5) = 4.375, R_0 = 1 + 0.5 (0.5 * 5 + 0.5 * 4.375)
     assert torch.allclose(segment_lambda_returns(r, f, f, v, 0.5, 0.5), torch.tensor([[3.34375, 4.375, 4.5]]))
+
+
+def test_td3_correlated_exploration_noise_is_an_ar1_process_through_each_episode():
+    """td3.noise_correlation: a = mu + std n_t, n_t = rho n_{t-1} + sqrt(1 - rho^2) e_t with e_t the generator's
+    standard normals, n fresh (= e_t) at each env's episode start; stationary N(0, 1) with lag-1 correlation rho;
+    rho 0 draws exactly what plain TD3 draws; the state rides in the checkpoint; outside [0, 1) one clear error."""
+    rho, std, n, act_dim = 0.8, 0.01, 4, 2
+    obs_space, act_space = spaces(3, act_dim)
+
+    def make(corr):
+        cfg = TD3Config(warmup_steps=0, exploration_noise=std, noise_correlation=corr, kernel="torch")
+        return TD3(cfg, PolicyConfig(actor_hidden=[8], obs_normalization=False), obs_space, act_space, n,
+                   torch.device("cpu"), seed=3)
+
+    algo, white = make(rho), make(0.0)
+    obs = {"policy": torch.randn(n, 3)}
+    mu = algo.pi.act(obs["policy"])
+    replay = torch.Generator().manual_seed(0)
+    replay.set_state(algo.generator.get_state())
+    expected = None
+    for t in range(5):
+        if t == 3:  # env 1's episode ends after the third step: its fourth starts a fresh noise
+            ended = torch.tensor([False, True, False, False])
+            algo.observe(Transition(obs, torch.zeros(n, act_dim), torch.zeros(n), ended, torch.zeros(n, dtype=bool),
+                                    obs))
+        e = torch.randn(n, act_dim, generator=replay)
+        expected = e if expected is None else rho * expected + math.sqrt(1 - rho * rho) * e
+        if t == 3:
+            expected[1] = e[1]
+        got = algo.act(obs)
+        torch.testing.assert_close(got, mu + std * expected, rtol=0, atol=1e-7)
+    state = algo.state_dict()
+    twin = make(rho)
+    twin.load_state_dict(state)
+    torch.testing.assert_close(twin.noise, algo.noise, rtol=0, atol=0)
+    torch.testing.assert_close(twin.act(obs), algo.act(obs), rtol=0, atol=0)
+    # rho 0: the plain draws (same generator, same actor)
+    white.pi.load_state_dict(algo.pi.state_dict())
+    replay.set_state(white.generator.get_state())
+    torch.testing.assert_close(white.act(obs), (mu + std * torch.randn(n, act_dim, generator=replay)).clamp(-1, 1),
+                               rtol=0, atol=1e-7)
+    # the process's statistics over a long episode: unit variance, lag-1 correlation rho
+    many = TD3(TD3Config(warmup_steps=0, exploration_noise=1.0, noise_correlation=rho, kernel="torch"),
+               PolicyConfig(actor_hidden=[8], obs_normalization=False), obs_space, act_space, 256,
+               torch.device("cpu"), seed=1)
+    big = {"policy": torch.zeros(256, 3)}
+    noises = []
+    for _ in range(200):
+        many.act(big)
+        noises.append(many.noise.clone())
+    x = torch.stack(noises[20:])  # [T, N, A]
+    assert float(x.var()) == pytest.approx(1.0, abs=0.03)
+    assert float((x[1:] * x[:-1]).mean() / x.var()) == pytest.approx(rho, abs=0.02)
+    for bad in (1.0, -0.1):
+        with pytest.raises(UserError, match="noise_correlation"):
+            make(bad)
