@@ -32,7 +32,10 @@ class TD3Config(OffPolicyConfig):
     exploration_noise_max: float | None = None
     # the exploration noise's step-to-step correlation rho in [0, 1): each env's noise an AR(1) process through its
     # episode, n_t = rho n_{t-1} + sqrt(1 - rho^2) e_t (e_t standard normal, so n_t stays standard normal), fresh at
-    # each episode's start, times the env's std. 0: white noise, the draws of plain TD3
+    # each episode's start, times the env's std. 0: white noise, the draws of plain TD3. quadrotor-hover (stop 79):
+    # randomized plants, 2000 strict starts after 300k steps, seeds 0-4 0.9438 mean at 0.9 against 0.9441 white
+    # (0.97: seeds 0-1 0.9465 / 0.9435 against 0.946 / 0.939);
+    # nominal seeds 0-9 process wall median 20.3 s against 18.1 s (every seed solved either way): left off
     noise_correlation: float = 0.0
     target_noise: float = 0.2  # target policy smoothing std
     target_noise_clip: float = 0.5
