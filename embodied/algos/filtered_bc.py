@@ -13,7 +13,6 @@ The pool keeps the newest ``capacity`` rollout steps (the demonstrations are alw
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -26,6 +25,7 @@ from embodied.algos.branch_starts import BranchStartsConfig
 from embodied.algos.cotrain import DemoLoss, RowRing
 from embodied.algos.demo_starts import DemoStartsConfig
 from embodied.algos.grpo import SuccessRollouts, group_advantages
+from embodied.algos.noise import ar1_step, check_correlation
 from embodied.algos.off_policy import sync_inputs
 from embodied.algos.task_sampling import TaskSamplingConfig
 from embodied.core.base import INSTRUCTED, TASK_ID
@@ -156,9 +156,7 @@ class FilteredBC(SuccessRollouts):
         if cfg.discount is not None and not 0 < cfg.discount <= 1:
             raise UserError(f"filtered-bc.discount weighs a success of T steps by discount ** T: in (0, 1] (or null: "
                             f"none), got {cfg.discount}")
-        if not 0 <= cfg.noise_correlation < 1:
-            raise UserError(f"filtered-bc.noise_correlation is the noise's step-to-step correlation: in [0, 1), got "
-                            f"{cfg.noise_correlation}")
+        check_correlation("filtered-bc.noise_correlation", cfg.noise_correlation)
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
             raise UserError(f"filtered-bc.average_tau is a rate in (0, 1] (or null: none), got {cfg.average_tau}")
         # the options that draw a Gaussian policy's noise (a token head samples bins)
@@ -217,7 +215,7 @@ class FilteredBC(SuccessRollouts):
             return super().act(obs)
         dist = self.dist(obs["policy"])
         fresh = torch.randn(dist.mean.shape, generator=self.generator, device=dist.mean.device)
-        self.noise = fresh if self.noise is None else rho * self.noise + math.sqrt(1.0 - rho * rho) * fresh
+        self.noise = ar1_step(self.noise, fresh, rho)
         action = dist.mean + dist.stddev * self.noise
         return action, {"log_prob": dist.log_prob(action)}
 

@@ -8,7 +8,6 @@ gives at evaluation, and the deterministic policy then hovers low)."""
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import MAIN_STREAM, Transition
+from embodied.algos.noise import ar1_step, check_correlation
 from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
@@ -34,8 +34,8 @@ class TD3Config(OffPolicyConfig):
     # episode, n_t = rho n_{t-1} + sqrt(1 - rho^2) e_t (e_t standard normal, so n_t stays standard normal), fresh at
     # each episode's start, times the env's std. 0: white noise, the draws of plain TD3. quadrotor-hover (stop 79):
     # randomized plants, 2000 strict starts after 300k steps, seeds 0-4 0.9438 mean at 0.9 against 0.9441 white
-    # (0.97: seeds 0-1 0.9465 / 0.9435 against 0.946 / 0.939);
-    # nominal seeds 0-9 process wall median 20.3 s against 18.1 s (every seed solved either way): left off
+    # (0.97: seeds 0-1 0.9465 / 0.9435 against 0.946 / 0.939); nominal seeds 0-9 process wall median 20.3 s against
+    # 18.1 s (every seed solved either way): left off
     noise_correlation: float = 0.0
     target_noise: float = 0.2  # target policy smoothing std
     target_noise_clip: float = 0.5
@@ -80,9 +80,7 @@ class TD3(OffPolicyAlgorithm):
         if hi is not None and hi < self.cfg.exploration_noise:
             raise UserError(f"td3.exploration_noise_max={hi} is below "
                             f"td3.exploration_noise={self.cfg.exploration_noise}")
-        if not 0 <= self.cfg.noise_correlation < 1:
-            raise UserError(f"td3.noise_correlation is the exploration noise's step-to-step correlation: in [0, 1), "
-                            f"got {self.cfg.noise_correlation}")
+        check_correlation("td3.noise_correlation", self.cfg.noise_correlation)
         self.noise_std = torch.full((self.num_envs, 1), self.cfg.exploration_noise, device=self.device)
         # the correlated noise of each env's episode (standard normal) and which envs start a new one at their next step
         self.noise = torch.zeros(self.num_envs, act_dim, device=self.device)
@@ -119,7 +117,7 @@ class TD3(OffPolicyAlgorithm):
         noise = torch.randn(a.shape, generator=self.generator, device=self.device)
         rho = self.cfg.noise_correlation
         if own and rho > 0:
-            self.noise = torch.where(self.noise_fresh, noise, rho * self.noise + math.sqrt(1.0 - rho * rho) * noise)
+            self.noise = ar1_step(self.noise, noise, rho, restart=self.noise_fresh)
             self.noise_fresh.zero_()
             noise = self.noise
         return (a + noise * std).clamp(-1.0, 1.0)
