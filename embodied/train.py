@@ -6,6 +6,7 @@ import json
 import shutil
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -70,11 +71,15 @@ def build(cfg: RunConfig, run_dir: Path):
     # the learner observes imagined steps besides (or instead of) the real ones: its budget of observed steps
     observed = cfg.total_steps if imagination is None else \
         int(cfg.total_steps * imagination.observed_per_real_step(collector.num_envs))
+    model = None  # the task's differentiable model, with the settings the run is evaluated with
+    if spec.model is not None:
+        eval_cfg = spec.eval_config(cfg.env) if spec.eval_config else cfg.env
+        model = partial(spec.model, eval_cfg, device=learner_device, seed=cfg.seed)
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
                        learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
                        collector.layout(), cfg.data, cfg.base, spec.success_metric,
                        learned_model=imagination is not None, num_tasks=collector.num_tasks(),
-                       relabeller=collector.relabeller())
+                       relabeller=collector.relabeller(), model=model)
     algo = None
     try:
         try:

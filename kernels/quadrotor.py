@@ -64,15 +64,15 @@ def derivative_torch(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor) -> torch
 
 
 def rk4_step_torch(x: torch.Tensor, p: torch.Tensor, u: torch.Tensor, dt: float) -> torch.Tensor:
-    """Reference RK4 step; returns the new state (input untouched). Runs on any device."""
+    """Reference RK4 step; returns the new state (input untouched). Runs on any device, and autograd runs through it
+    (no in-place write into a tensor the backward needs): an analytic policy gradient backpropagates through it."""
     k1 = derivative_torch(x, p, u)
     k2 = derivative_torch(x + (0.5 * dt) * k1, p, u)
     k3 = derivative_torch(x + (0.5 * dt) * k2, p, u)
     k4 = derivative_torch(x + dt * k3, p, u)
     out = x + (dt / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4)
     q = out[:, 3:7]
-    out[:, 3:7] = q / q.norm(dim=1, keepdim=True)
-    return out
+    return torch.cat([out[:, :3], q / q.norm(dim=1, keepdim=True), out[:, 7:]], 1)
 
 
 # ---- numba CPU kernel ---------------------------------------------------------------------------

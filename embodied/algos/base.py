@@ -41,6 +41,9 @@ class BuildContext:
     num_tasks: int = 0  # a suite's size (``VecEnv.num_tasks``): episodic rollouts can tell each env its task
     relabeller: Any = None  # the task's relabelling of recorded episodes (``core/relabel.py``) or None
     learned_model: bool = False  # the run learns a model of its task and hands it over (``Algorithm.attach_model``)
+    # ``model(num_envs)``: the task's differentiable model (``TaskSpec.model``) with the run's evaluation settings, on
+    # the learner device, or None where the task has none
+    model: Any = None
 
     def image(self, group: str) -> list | None:
         """``[start, C, H, W]`` of the group's image term, or None; more than one image term is a UserError."""
@@ -102,6 +105,9 @@ class Algorithm(abc.ABC):
 
     paradigm: ClassVar[str]  # one of PARADIGMS
     num_updates: int = 0  # learning updates so far: the policy version engines measure lag against
+    # what one ``update`` counts toward the run's ``step`` in the offline runner: one gradient step (BC), or the steps
+    # it simulated in a model (APG)
+    steps_per_update: int = 1
     config_cls: ClassVar[type]  # its typed config, the ``<algo>.`` section of a run config
 
     @classmethod

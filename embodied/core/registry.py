@@ -71,6 +71,10 @@ class TaskSpec:
     # ``expert(env, action_noise=None, target_noise=0.0, seed=0) -> act(obs)``: a scripted demonstrator of the task
     # (``embodied collect-demos``), or None
     expert: Callable[..., Any] | None = None
+    # ``model(env_cfg, num_envs, device, seed)``: the task as a differentiable function of its state and the actor's
+    # actions (``starts(seed)``, ``rollout(actor, starts, horizon, generator) -> .reward, .margin [H, N]``), for a
+    # learner that backpropagates through it (algo=apg), or None
+    model: Callable[..., Any] | None = None
 
 
 class TaskRegistry(Registry[TaskSpec]):

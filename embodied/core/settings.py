@@ -43,15 +43,16 @@ LEARNER = _rules(
     count=(COUNT, ("actor_every", "batch_size", "bc_batch_size", "buffer_size", "chunk", "flow_steps", "group_size",
                    "horizon", "max_fill_rollouts", "minibatch_tokens", "n_step", "num_epochs", "num_minibatches",
                    "num_steps", "starts")),
-    non_negative=(NON_NEGATIVE, ("batch_groups", "bc_coef", "bc_ground", "bc_obs_noise", "beta_steps", "clip",
-                                 "clip_high", "clip_low", "critic_burn_in", "critic_warmup", "entropy", "entropy_coef",
-                                 "execute", "exploration_noise", "explore_ramp", "ground", "max_grad_norm",
-                                 "obs_noise", "residual_penalty", "slow_reg", "target_kl", "target_noise",
-                                 "target_noise_clip", "value_clip", "value_coef", "warmup_steps", "weight_decay")),
+    non_negative=(NON_NEGATIVE, ("barrier", "barrier_margin", "batch_groups", "bc_coef", "bc_ground", "bc_obs_noise",
+                                 "beta_steps", "clip", "clip_high", "clip_low", "critic_burn_in", "critic_warmup",
+                                 "entropy", "entropy_coef", "execute", "exploration_noise", "explore_ramp", "ground",
+                                 "max_grad_norm", "obs_noise", "residual_penalty", "slow_reg", "target_kl",
+                                 "target_noise", "target_noise_clip", "value_clip", "value_coef", "warmup_steps",
+                                 "weight_decay")),
     positive=(POSITIVE, ("adam_eps", "init_alpha", "lr", "lr_actor", "lr_alpha", "lr_critic", "retnorm_limit",
                          "temperature", "updates_per_step")),
     rate=(RATE, ("advance_at", "average_tau", "gamma", "reach_step", "retnorm_rate", "slow_rate", "tau")),
-    fraction=(FRACTION, ("demo_ratio", "fraction", "gae_lambda", "lam")),
+    fraction=(FRACTION, ("demo_ratio", "fraction", "gae_lambda", "lam", "restart")),
 )
 
 TASK = _rules(

@@ -1,6 +1,7 @@
 """Offline runner (behaviour cloning and kin): no collection; every iteration is one ``update`` of the algorithm
-on its dataset, and ``step`` (``total_steps``, ``log.*_every``) counts these gradient steps. The collector gives the
-spaces and is reset (so that checkpoints are the shared ones) but never stepped; evaluation is the shared one."""
+on its dataset (or in its model), and ``step`` (``total_steps``, ``log.*_every``) counts what the algorithm says an
+update is worth (``steps_per_update``: one gradient step, or the model steps it flew). The collector gives the spaces
+and is reset (so that checkpoints are the shared ones) but never stepped; evaluation is the shared one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ class OfflineRunner(Runner):
         self.start()
         while True:
             metrics = self.algo.update()
-            self.step += 1
+            self.step += self.algo.steps_per_update
             if self.after_update(metrics):
                 break
         return self.finish()

@@ -229,6 +229,26 @@ def action_l2(action: torch.Tensor, hover_action: float) -> torch.Tensor:
     return (d * d).sum(1)
 
 
+def clean_observation(x: torch.Tensor) -> torch.Tensor:
+    """The actor's kinematic observation before noise, ``[N, 18]``: position, rotation matrix (row-major), linear and
+    angular velocity, from a state ``x [N, 17]`` (``QuadrotorSim.STATE``)."""
+    return torch.cat([x[:, 0:3], quat_to_rotmat(x[:, 3:7]).reshape(-1, 9), x[:, 7:13]], 1)
+
+
+def reward_terms(w: RewardWeights, x: torch.Tensor, action: torch.Tensor, hover_action: float) -> dict:
+    """The reward's shaped terms ``[N]`` each (no termination, no floor) at state ``x [N, 17]`` after ``action``."""
+    pos = x[:, 0:3]
+    s = w.scale
+    return {
+        "constant": torch.full((x.shape[0],), w.constant, device=x.device, dtype=x.dtype),
+        "position": -s * w.position * position_l2(pos),
+        "position_abs": -s * w.position_abs * pos.norm(dim=1),
+        "orientation": -s * w.orientation * orientation_qw(x[:, 3:7]),
+        "lin_vel": -s * w.lin_vel * lin_vel_l2(x[:, 7:10]),
+        "action": -s * w.action * action_l2(action.clamp(-1, 1), hover_action),
+    }
+
+
 def _check(cfg: QuadrotorHoverConfig, dt: float) -> None:
     """What the settings table (``embodied/core/settings.py``) cannot see: settings checked against each other."""
     if not cfg.episode_s >= dt:
@@ -339,8 +359,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
 
     def _observe(self) -> Obs:
         sim = self.sim
-        rot = quat_to_rotmat(sim.quat_wb).reshape(-1, 9)
-        clean = torch.cat([sim.pos_w, rot, sim.lin_vel_w, sim.ang_vel_b], 1)  # [N, 18]
+        clean = clean_observation(sim.x)  # [N, 18]
         noise = torch.randn(clean.shape, generator=self.generator, device=self.device) * self.obs_noise_std
         if self.dr_ranges:
             noise = noise * self.noise_scale[:, None]
@@ -374,15 +393,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         dist = sim.pos_w.norm(dim=1)
         outside = dist > self.cfg.success_radius
         self.last_outside.copy_(torch.where(outside, self.episode_length, self.last_outside))
-        s = w.scale
-        terms = {
-            "constant": torch.full((self.num_envs,), w.constant, device=self.device),
-            "position": -s * w.position * position_l2(sim.pos_w),
-            "position_abs": -s * w.position_abs * dist,
-            "orientation": -s * w.orientation * orientation_qw(sim.quat_wb),
-            "lin_vel": -s * w.lin_vel * lin_vel_l2(sim.lin_vel_w),
-            "action": -s * w.action * action_l2(action.clamp(-1, 1), self.hover_action),
-        }
+        terms = reward_terms(w, sim.x, action, self.hover_action)
         terminated = dist > self.cfg.termination_radius
         terms["termination"] = -w.termination_penalty * terminated.float()
         terms["floor"] = self._floor_term(terms)
@@ -633,6 +644,12 @@ def strict_eval_config(cfg: QuadrotorHoverConfig) -> QuadrotorHoverConfig:
                                domain_randomization=dataclasses.replace(cfg.domain_randomization, hard_share=0.0))
 
 
+def _model(env_cfg: QuadrotorHoverConfig, num_envs: int, device, seed: int):
+    from embodied.tasks.quadrotor.model import hover_model  # it builds on this module
+
+    return hover_model(env_cfg, num_envs, device, seed)
+
+
 register_task(
     TaskSpec(
         name="quadrotor-hover",
@@ -643,5 +660,6 @@ register_task(
         success_metric="success",
         default_algo="td3",
         eval_config=strict_eval_config,
+        model=_model,
     )
 )

@@ -1,0 +1,126 @@
+"""Analytic policy gradient (APG; backpropagation through time in a differentiable simulator, Heeg et al. 2024
+"Learning quadrotor control from differentiable simulation"): each ``update`` draws ``batch_size`` starts from the
+task's own initial distribution (its evaluation distribution: plants, disturbances, observation noise included),
+flies the deterministic actor ``horizon`` steps through the task's differentiable model (``TaskSpec.model``) and
+takes one gradient step on
+
+    L = mean over starts of  sum_t gamma^t (barrier * relu(barrier_margin - m_t)^2 - r_t)
+
+where ``r_t`` is the task's shaped reward (no floor, no termination) and ``m_t`` the model's differentiable margin to
+the termination boundary (< 0 past it; the barrier takes the place of the episode's end, which has no gradient).
+
+It runs in the offline runner: no env is stepped, and ``step`` counts the model's steps (``batch_size * horizon``
+an update), so a run's ``total_steps`` budgets simulated steps as it does for the other learners. Its actor is the
+TD3 actor (the same spec), so ``init=RUN`` fine-tunes a TD3 run's policy: on quadrotor-hover under domain
+randomization the recovery from tilted, falling starts that TD3's critic does not resolve (README)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transition
+from embodied.core.errors import UserError
+from embodied.core.registry import ALGOS
+from embodied.policies import DeterministicActor
+
+
+@dataclass
+class APGConfig:
+    lr: float = 1e-3
+    batch_size: int = 64  # starts per update
+    horizon: int = 60  # model steps flown from each start (0.6 s on quadrotor-hover: its crashes come earlier)
+    gamma: float = 0.99
+    barrier: float = 1e4  # weight of the squared depth inside the margin band
+    barrier_margin: float = 0.1  # the band's width (the model's units: metres from quadrotor-hover's radius)
+    max_grad_norm: float | None = 1.0
+    # the chance that a flight which could go on (inside the termination radius, its episode not over) starts over
+    # at the next update instead; 1: every update flies from fresh starts. Below 1 the batch also covers the later,
+    # near-hover part of the episodes (SHAC's continuing rollouts)
+    restart: float = 1.0
+
+
+def discounted_loss(reward: torch.Tensor, margin: torch.Tensor, gamma: float, barrier: float,
+                    barrier_margin: float) -> torch.Tensor:
+    """``mean_n sum_t gamma^t (barrier relu(barrier_margin - margin[t, n])^2 - reward[t, n])`` of ``[H, N]``
+    rollouts."""
+    cost = barrier * torch.relu(barrier_margin - margin) ** 2 - reward
+    discount = gamma ** torch.arange(reward.shape[0], device=reward.device, dtype=reward.dtype)
+    return (discount[:, None] * cost).sum(0).mean()
+
+
+class APG(Algorithm):
+    paradigm = OFFLINE
+    config_cls = APGConfig
+
+    @classmethod
+    def build(cls, cfg: APGConfig, ctx: BuildContext) -> APG:
+        if ctx.model is None:
+            raise UserError("apg backpropagates through the task's differentiable model, and this task has none "
+                            "(quadrotor-hover has one)")
+        return cls(cfg, ctx)
+
+    def __init__(self, cfg: APGConfig, ctx: BuildContext):
+        self.cfg, self.device = cfg, torch.device(ctx.device)
+        p = ctx.policy
+        if p.symmetrize and ctx.symmetry is None:
+            raise UserError("policy.symmetrize needs a task that declares a symmetry group")
+        obs_dim, act_dim = ctx.obs_space["policy"].shape[0], ctx.action_space.shape[0]
+        torch.manual_seed(ctx.seed)
+        group = ctx.symmetry.to(self.device).to_spec() if p.symmetrize else None
+        self.pi = DeterministicActor(obs_dim, act_dim, p.actor_hidden, p.activation, p.obs_normalization,
+                                     group=group).to(self.device)
+        self.model = ctx.model(cfg.batch_size)
+        self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(ctx.seed)
+        self.steps_per_update = cfg.batch_size * cfg.horizon
+        self.flight = None  # where the model's flights are (the model's ``Flight``), None before the first update
+        self.crossed = None  # [N] bool: the flights of the last update that left the termination boundary
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        return self.pi.act(obs["policy"])
+
+    def observe(self, transition: Transition) -> None:  # nothing is collected: the model is flown instead
+        pass
+
+    def update(self) -> dict[str, float]:
+        cfg = self.cfg
+        seed = int(torch.randint(2**62, (1,), generator=self.generator, device=self.device))
+        fresh = self.model.starts(seed)
+        if self.flight is None:
+            self.flight = fresh
+        else:
+            over = (self.flight.steps >= self.model.episode_steps) | self.crossed
+            draw = torch.rand(cfg.batch_size, generator=self.generator, device=self.device) < cfg.restart
+            self.flight = self.flight.where(over | draw, fresh)
+        out = self.model.rollout(self.pi, self.flight, cfg.horizon, self.generator)
+        self.flight, self.crossed = out.end.detach(), (out.margin < 0).any(0)
+        loss = discounted_loss(out.reward, out.margin, cfg.gamma, cfg.barrier, cfg.barrier_margin)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.pi.parameters(), cfg.max_grad_norm or float("inf"))
+        self.opt.step()
+        self.num_updates += 1
+        return {"apg/loss": loss.item(), "apg/grad_norm": grad_norm.item(),
+                "apg/crossed": self.crossed.float().mean().item()}
+
+    def actor(self) -> nn.Module:
+        return self.pi
+
+    def state_dict(self) -> dict:
+        return {"pi": self.pi.state_dict(), "opt": self.opt.state_dict(), "generator": self.generator.get_state(),
+                "num_updates": self.num_updates, "flight": self.flight, "crossed": self.crossed}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.pi.load_state_dict(state["pi"])
+        self.opt.load_state_dict(state["opt"])
+        self.generator.set_state(state["generator"])
+        self.num_updates = int(state["num_updates"])
+        self.flight, self.crossed = state["flight"], state["crossed"]
+
+
+ALGOS.register("apg", APG)
