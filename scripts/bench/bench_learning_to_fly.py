@@ -22,6 +22,11 @@ per-seed table, medians and the ratios of ours to each peer over the seeds both 
 
     python scripts/bench/bench_learning_to_fly.py [--seeds 0 1 ... 9] [--peer-seeds 0 1 2]
         [--learners ours sb3_td3 sb3_sac] [--out bench_results/learning_to_fly] [--ours-args k=v ...]
+        [--then-args k=v ...]
+
+``--then-args``: ours is a two-stage pipeline, the second ``embodied train`` started from the first's policy
+(``init=``): e.g. randomized plants, TD3 for 200k env steps without the stop rule, then ``algo=apg`` for 99,840
+model steps with it (README). Walls and steps add up; the second stage is the one judged.
 """
 
 from __future__ import annotations
@@ -53,41 +58,58 @@ def _passed(success: float) -> bool:
 
 
 # ---- ours -----------------------------------------------------------------------------------------
-def run_ours(seed: int, extra: list[str], timeout_s: float, run_dir: Path) -> dict:
-    """One run of ours into ``run_dir`` (replaced when it exists); its older checkpoints are removed afterwards (the
-    newest holds the run's policy, which the fresh check here and bench_hover_ceiling.py read)."""
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    cmd = ["embodied", "train", "--task", "quadrotor-hover", "--run-dir", str(run_dir), f"seed={seed}",
-           "log.progress=false", *extra]
+def _train(cmd: list[str], timeout_s: float) -> tuple[int | None, str, float]:
+    """One ``embodied train`` process: its exit status (None: timed out), stderr and wall-clock seconds."""
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         returncode, err = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as e:
         returncode, err = None, (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-    wall = time.perf_counter() - t0
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return returncode, err, time.perf_counter() - t0
+
+
+def run_ours(seed: int, extra: list[str], timeout_s: float, run_dir: Path, then: list[str] | None = None) -> dict:
+    """One run of ours into ``run_dir`` (replaced when it exists); its older checkpoints are removed afterwards (the
+    newest holds the run's policy, which the fresh check here and bench_hover_ceiling.py read). With ``then`` a
+    second run follows from the first's policy (``init=``, into ``run_dir/then``): a two-stage pipeline (TD3, then
+    ``algo=apg``) whose walls and steps add up, and whose second stage is judged (stop rule, fresh check)."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    base = ["embodied", "train", "--task", "quadrotor-hover", f"seed={seed}", "log.progress=false"]
+    cmd = [*base[:4], "--run-dir", str(run_dir), *base[4:], *extra]
+    returncode, err, wall = _train(cmd, timeout_s)
+    commands, steps_before, judged = [" ".join(cmd)], 0, run_dir
+    if then is not None and returncode == 0:
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        steps_before = max(r["step"] for r in rows)
+        judged = run_dir / "then"
+        cmd = [*base[:4], "--run-dir", str(judged), *base[4:], f"init={run_dir}", *then]
+        returncode, err, second = _train(cmd, timeout_s)
+        wall += second
+        commands.append(" ".join(cmd))
+    rows = [json.loads(line) for line in (judged / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval/success" in r]
     solved = next((r for r in rows if "solved/train_s" in r), None)
     from embodied.checkpoint import checkpoint_paths
     from embodied.evaluate_run import evaluate_run
 
-    fresh = evaluate_run(run_dir, episodes=EVAL_EPISODES, seed=FRESH_SEED + seed)
-    for old in checkpoint_paths(run_dir)[:-1]:  # each holds the replay: 80-800 MB
-        old.unlink()
+    fresh = evaluate_run(judged, episodes=EVAL_EPISODES, seed=FRESH_SEED + seed)
+    for old in checkpoint_paths(run_dir)[:-1] + (checkpoint_paths(judged)[:-1] if judged != run_dir else []):
+        old.unlink()  # each TD3 checkpoint holds the replay: 80-800 MB
     return {
-        "learner": "ours", "seed": seed, "command": " ".join(cmd), "returncode": returncode,
+        "learner": "ours", "seed": seed, "command": " && ".join(commands), "returncode": returncode,
         "process_wall_s": round(wall, 2),
         "solved": solved is not None,
-        "solved_at_env_steps": solved["step"] if solved else None,
+        "solved_at_env_steps": steps_before + solved["step"] if solved else None,
         "solved_train_s": round(solved["solved/train_s"], 2) if solved else None,
-        "env_steps": evals[-1]["step"] if evals else None,
+        "env_steps": steps_before + evals[-1]["step"] if evals else None,
         "final_eval_success": evals[-1]["eval/success"] if evals else None,
         "fresh_eval_success": fresh["eval/success"],
-        "eval_curve": [(r["step"], round(r["eval/success"], 3), round(r["time/wall_s"], 1)) for r in evals],
+        "eval_curve": [(steps_before + r["step"], round(r["eval/success"], 3), round(r["time/wall_s"], 1))
+                       for r in evals],
         "stderr_tail": err.strip().splitlines()[-1:] if returncode else [],
-        "run_dir": str(run_dir),
+        "run_dir": str(judged),
     }
 
 
@@ -229,6 +251,8 @@ def main() -> None:
     ap.add_argument("--peer-cap-s", type=float, default=1200.0, help="wall-clock cap per peer run (20 min)")
     ap.add_argument("--ours-timeout-s", type=float, default=1800.0)
     ap.add_argument("--ours-args", nargs="*", default=[], help="extra overrides for ours")
+    ap.add_argument("--then-args", nargs="*", default=None,
+                    help="a second stage for ours from the first's policy (init=), e.g. algo=apg total_steps=99840")
     ap.add_argument("--out", default="bench_results/learning_to_fly")
     ap.add_argument("--force", action="store_true", help="redo finished (learner, seed) runs")
     ap.add_argument("--peer", default=None, help=argparse.SUPPRESS)  # internal: run one peer in this process
@@ -244,7 +268,7 @@ def main() -> None:
         if path.exists() and not args.force:
             continue
         print(f"running {name} seed {seed}", file=sys.stderr, flush=True)
-        res = run_ours(seed, args.ours_args, args.ours_timeout_s, out / "runs" / f"ours_seed{seed}") \
+        res = run_ours(seed, args.ours_args, args.ours_timeout_s, out / "runs" / f"ours_seed{seed}", args.then_args) \
             if name == "ours" else run_peer(
             name, seed, args.peer_cap_s)
         path.write_text(json.dumps(res, indent=1))
@@ -255,7 +279,7 @@ def main() -> None:
     summary = {"benchmark": "learning_to_fly", "machine": machine_info(),
                "criterion": f"{PASSES} consecutive evaluations with >= {CRITERION:.0%} of {EVAL_EPISODES} strict "
                             f"random starts (every {EVAL_EVERY} env steps), within {TOTAL_STEPS} env steps",
-               "ours_args": args.ours_args, **summarize(results)}
+               "ours_args": args.ours_args, "then_args": args.then_args, **summarize(results)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
 

@@ -235,6 +235,20 @@ def clean_observation(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x[:, 0:3], quat_to_rotmat(x[:, 3:7]).reshape(-1, 9), x[:, 7:13]], 1)
 
 
+def observation_noise(clean: torch.Tensor, std: torch.Tensor, scale: torch.Tensor | None,
+                      generator: torch.Generator) -> torch.Tensor:
+    """Gaussian noise on the clean observation ``[N, 18]``: ``std [18]`` per entry, times each env's factor
+    ``scale [N]`` (domain randomization; None: 1)."""
+    noise = torch.randn(clean.shape, generator=generator, device=clean.device) * std
+    return noise * scale[:, None] if scale is not None else noise
+
+
+def advance_average(average: torch.Tensor, pos: torch.Tensor, first: torch.Tensor, decay: float) -> torch.Tensor:
+    """The exponential average of the observed position ``[N, 3]`` after observing ``pos``; where ``first [N]`` (an
+    episode's first observation) it starts at ``pos``."""
+    return torch.where(first[:, None], pos, average * decay + pos * (1.0 - decay))
+
+
 def reward_terms(w: RewardWeights, x: torch.Tensor, action: torch.Tensor, hover_action: float) -> dict:
     """The reward's shaped terms ``[N]`` each (no termination, no floor) at state ``x [N, 17]`` after ``action``."""
     pos = x[:, 0:3]
@@ -360,9 +374,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def _observe(self) -> Obs:
         sim = self.sim
         clean = clean_observation(sim.x)  # [N, 18]
-        noise = torch.randn(clean.shape, generator=self.generator, device=self.device) * self.obs_noise_std
-        if self.dr_ranges:
-            noise = noise * self.noise_scale[:, None]
+        noise = observation_noise(clean, self.obs_noise_std, self.noise_scale if self.dr_ranges else None,
+                                  self.generator)
         mg = sim.mass * GRAVITY
         parts = [clean, sim.force_w / mg, sim.torque_b / (mg * ARM), sim.rpm * (2.0 / self.params.rpm_max) - 1.0]
         if self.dr_ranges:  # the sampled plant (privileged: the critic only)
@@ -373,9 +386,8 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         observed = clean + noise
         parts = [observed, self.actions]
         if self.pos_average.shape[1]:  # the average as of the last observation, advanced (not stored: step does)
-            d, pos = self.position_decay, observed[:, :3]
-            first = (self.episode_length == 0)[:, None]
-            parts.append(torch.where(first, pos, self.pos_average * d + pos * (1.0 - d)))
+            parts.append(advance_average(self.pos_average, observed[:, :3], self.episode_length == 0,
+                                         self.position_decay))
         return {"policy": torch.cat(parts, 1), "critic": critic}
 
     def reset_envs(self, seeds: torch.Tensor, tasks: torch.Tensor | None = None) -> Obs:

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 import torch
 
 from embodied.kernels.quadrotor import rk4_step_torch
-from embodied.tasks.quadrotor.hover import QuadrotorHoverEnv, clean_observation, reward_terms
+from embodied.tasks.quadrotor.hover import (
+    QuadrotorHoverEnv,
+    advance_average,
+    clean_observation,
+    observation_noise,
+    reward_terms,
+)
 
 
 @dataclass
@@ -81,15 +87,11 @@ class HoverModel:
         rewards, margins, states = [], [], [x]
         for _ in range(horizon):
             clean = clean_observation(x)
-            noise = 0.0
-            if generator is not None:
-                noise = torch.randn(clean.shape, generator=generator, device=x.device) * env.obs_noise_std
-                noise = noise * scale[:, None]
-            observed = clean + noise
+            observed = clean if generator is None else clean + observation_noise(clean, env.obs_noise_std, scale,
+                                                                                  generator)
             parts = [observed, hist]
-            if average.shape[1]:  # the first observation of an episode starts the average (as the env does)
-                d, pos = env.position_decay, observed[:, :3]
-                average = torch.where((steps == 0)[:, None], pos, average * d + pos * (1.0 - d))
+            if average.shape[1]:
+                average = advance_average(average, observed[:, :3], steps == 0, env.position_decay)
                 parts.append(average)
             action = actor(torch.cat(parts, 1))
             a = action.clamp(-1.0, 1.0)
