@@ -6,7 +6,8 @@ import json
 import shutil
 import sys
 import time
-from functools import partial
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +26,23 @@ from embodied.evaluate import TaskEnvFactory, make_eval_env, make_train_env_fact
 from embodied.provenance import code_commit, versions
 from embodied.runners import RUNNERS
 from embodied.runtime import make_collector
+
+
+@dataclass(frozen=True)
+class TaskModel:
+    """``BuildContext.model``: ``model(num_envs, settings)`` is the task's differentiable model (``TaskSpec.model``)
+    with the env settings the run is evaluated with (``eval``: the task's ``eval_config``) or trained with
+    (``train``), on the learner device. A plain picklable value: ensemble members in processes receive it."""
+
+    make: Callable
+    settings: dict
+    device: torch.device
+    seed: int
+
+    def __call__(self, num_envs: int, settings: str = "eval"):
+        if settings not in self.settings:
+            raise UserError(f"a task model's settings are {' or '.join(self.settings)}, got {settings!r}")
+        return self.make(self.settings[settings], num_envs, device=self.device, seed=self.seed)
 
 
 def new_run_dir(cfg: RunConfig) -> Path:
@@ -71,10 +89,10 @@ def build(cfg: RunConfig, run_dir: Path):
     # the learner observes imagined steps besides (or instead of) the real ones: its budget of observed steps
     observed = cfg.total_steps if imagination is None else \
         int(cfg.total_steps * imagination.observed_per_real_step(collector.num_envs))
-    model = None  # the task's differentiable model, with the settings the run is evaluated with
+    model = None  # the task's differentiable model
     if spec.model is not None:
-        eval_cfg = spec.eval_config(cfg.env) if spec.eval_config else cfg.env
-        model = partial(spec.model, eval_cfg, device=learner_device, seed=cfg.seed)
+        model = TaskModel(spec.model, {"eval": spec.eval_config(cfg.env) if spec.eval_config else cfg.env,
+                                       "train": cfg.env}, learner_device, cfg.seed)
     ctx = BuildContext(collector.single_observation_space, collector.single_action_space, collector.num_envs,
                        learner_device, cfg.seed, observed, cfg.policy, collector.symmetry_group(),
                        collector.layout(), cfg.data, cfg.base, spec.success_metric,

@@ -41,6 +41,9 @@ class APGConfig:
     # at the next update instead; 1: every update flies from fresh starts. Below 1 the batch also covers the later,
     # near-hover part of the episodes (SHAC's continuing rollouts)
     restart: float = 1.0
+    # the starts' distribution: the one the run is evaluated on (eval: quadrotor-hover's strict starts, plants over
+    # the whole ranges) or the one the task trains its other learners on (train: its guided starts and hard plants)
+    start_distribution: str = "eval"
 
 
 def discounted_loss(reward: torch.Tensor, margin: torch.Tensor, gamma: float, barrier: float,
@@ -73,7 +76,9 @@ class APG(Algorithm):
         group = ctx.symmetry.to(self.device).to_spec() if p.symmetrize else None
         self.pi = DeterministicActor(obs_dim, act_dim, p.actor_hidden, p.activation, p.obs_normalization,
                                      group=group).to(self.device)
-        self.model = ctx.model(cfg.batch_size)
+        if cfg.start_distribution not in ("eval", "train"):
+            raise UserError(f"apg.start_distribution is eval or train, got {cfg.start_distribution!r}")
+        self.model = ctx.model(cfg.batch_size, cfg.start_distribution)
         self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(ctx.seed)

@@ -41,8 +41,8 @@ class BuildContext:
     num_tasks: int = 0  # a suite's size (``VecEnv.num_tasks``): episodic rollouts can tell each env its task
     relabeller: Any = None  # the task's relabelling of recorded episodes (``core/relabel.py``) or None
     learned_model: bool = False  # the run learns a model of its task and hands it over (``Algorithm.attach_model``)
-    # ``model(num_envs)``: the task's differentiable model (``TaskSpec.model``) with the run's evaluation settings, on
-    # the learner device, or None where the task has none
+    # ``model(num_envs, settings="eval")``: the task's differentiable model (``TaskSpec.model``) with the env settings
+    # the run is evaluated (``eval``) or trained (``train``) with, on the learner device; None where the task has none
     model: Any = None
 
     def image(self, group: str) -> list | None:
