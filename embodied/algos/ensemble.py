@@ -100,6 +100,10 @@ class EnsembleAlgorithm(Algorithm):
     def rollout_length(self) -> int:
         return self.members[0].rollout_length
 
+    @property
+    def steps_per_update(self) -> int:  # every member updates on the same calls, each worth the same steps
+        return self.members[0].steps_per_update
+
     def _size(self, batch: int) -> int:
         k = len(self.members)
         if batch % k:

@@ -54,7 +54,7 @@ def _serve(conn, algo_cls: type[Algorithm], cfg: Any, ctx: BuildContext) -> None
         from embodied.policies import policy_spec
 
         algo = algo_cls.build(cfg, ctx)
-        conn.send(("ok", {"rollout_length": algo.rollout_length}))
+        conn.send(("ok", {"rollout_length": algo.rollout_length, "steps_per_update": algo.steps_per_update}))
         while True:
             cmd, arg = conn.recv()
             if cmd == "observe":
@@ -113,7 +113,8 @@ class RemoteLearner(Algorithm):
 
     def wait_ready(self) -> None:
         if not self._started:
-            self._rollout_length = self._answer()["rollout_length"]
+            ready = self._answer()
+            self._rollout_length, self.steps_per_update = ready["rollout_length"], ready["steps_per_update"]
             self._started = True
 
     def _answer(self) -> Any:

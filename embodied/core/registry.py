@@ -72,8 +72,8 @@ class TaskSpec:
     # (``embodied collect-demos``), or None
     expert: Callable[..., Any] | None = None
     # ``model(env_cfg, num_envs, device, seed)``: the task as a differentiable function of its state and the actor's
-    # actions (``starts(seed)``, ``rollout(actor, starts, horizon, generator) -> .reward, .margin [H, N]``), for a
-    # learner that backpropagates through it (algo=apg), or None
+    # actions (``starts(seed)``, ``rollout(actor, flight, horizon, generator) -> .reward, .margin [H, N], .end``,
+    # ``episode_steps``; docs/architecture.md), for a learner that backpropagates through it (algo=apg), or None
     model: Callable[..., Any] | None = None
 
 

@@ -45,6 +45,12 @@ def test_an_update_counts_its_model_steps_and_a_resumed_run_is_the_uninterrupted
     assert torch.equal(state["flight"].x, again["flight"].x)
 
 
+def test_an_ensemble_of_apg_learners_counts_each_update_once(tmp_path):
+    # members in processes: each member's update is worth its model steps, and the ensemble's update is the members'
+    _, summary = train(small(tmp_path, "ens", 80, ["ensemble=2"]), tmp_path / "ens")
+    assert summary["step"] == 80  # two updates of 8 flights x 5 steps
+
+
 def test_a_task_without_a_model_is_refused(tmp_path):
     cfg = load_config("pendulum", "debug", [*QUIET, "algo=apg"])
     with pytest.raises(UserError, match="differentiable model"):
@@ -55,7 +61,8 @@ def test_apg_learns_to_stay_up_from_scratch(tmp_path):
     """quadrotor-hover through its model from a random actor: 80 updates of 64 flights x 60 steps (307,200 model
     steps, ~25 s); the evaluation's mean episode length rises from ~40 steps (a crash in 0.4 s) to most of the 500."""
     torch.set_num_threads(1)
-    cfg = load_config("quadrotor-hover", None, [*QUIET, "algo=apg", "apg.restart=0.1", "total_steps=307200",
+    cfg = load_config("quadrotor-hover", None, [*QUIET, "algo=apg", "apg.batch_size=64", "apg.horizon=60",
+                                                "apg.restart=0.1", "apg.lr=1e-3", "total_steps=307200",
                                                 "log.eval_every=0", "log.checkpoint_every=0", "seed=0"])
     _, summary = train(cfg, tmp_path / "run")
     assert summary["eval/length"] >= 300, summary
