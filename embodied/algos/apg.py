@@ -1,13 +1,15 @@
 """Analytic policy gradient (APG; backpropagation through time in a differentiable simulator, Heeg et al. 2024
-"Learning quadrotor control from differentiable simulation"): each ``update`` draws ``batch_size`` starts from the
-task's own initial distribution (its evaluation distribution: plants, disturbances, observation noise included),
-flies the deterministic actor ``horizon`` steps through the task's differentiable model (``TaskSpec.model``) and
-takes one gradient step on
+"Learning quadrotor control from differentiable simulation"): each ``update`` flies ``batch_size`` flights of the
+deterministic actor ``horizon`` steps through the task's differentiable model (``TaskSpec.model``) and takes one
+gradient step on
 
-    L = mean over starts of  sum_t gamma^t (barrier * relu(barrier_margin - m_t)^2 - r_t)
+    L = mean over flights of  sum_t gamma^t (barrier * relu(barrier_margin - m_t)^2 - r_t)
 
 where ``r_t`` is the task's shaped reward (no floor, no termination) and ``m_t`` the model's differentiable margin to
 the termination boundary (< 0 past it; the barrier takes the place of the episode's end, which has no gradient).
+A flight starts from the task's own initial distribution (``start_distribution``: by default the one the run is
+evaluated on, plants, disturbances and observation noise included) and, unless it crossed the boundary, its episode
+is over or it is drawn to restart (``restart``), goes on at the next update from where it stopped.
 
 It runs in the offline runner: no env is stepped, and ``step`` counts the model's steps (``batch_size * horizon``
 an update), so a run's ``total_steps`` budgets simulated steps as it does for the other learners. Its actor is the
