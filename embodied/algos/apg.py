@@ -12,7 +12,10 @@ evaluated on, plants, disturbances and observation noise included) and, unless i
 is over or it is drawn to restart (``restart``), goes on at the next update from where it stopped.
 
 It runs in the offline runner: no env is stepped, and ``step`` counts the model's steps (``batch_size * horizon``
-an update), so a run's ``total_steps`` budgets simulated steps as it does for the other learners. Its actor is the
+an update), so a run's ``total_steps`` budgets simulated steps (``ensemble=K``: each member flies its own, and
+``step`` counts one member's, as an offline member makes every gradient step). A flight that goes on past the
+episode's end (its last update starts before step ``episode_steps`` and runs ``horizon`` on) flies on: the dynamics
+are the same, the hold is what it trains there. Its actor is the
 TD3 actor (the same spec), so ``init=RUN`` fine-tunes a TD3 run's policy: on quadrotor-hover under domain
 randomization the recovery from tilted, falling starts that TD3's critic does not resolve (README)."""
 
@@ -131,7 +134,9 @@ class APG(Algorithm):
         self.opt.load_state_dict(state["opt"])
         self.generator.set_state(state["generator"])
         self.num_updates = int(state["num_updates"])
-        self.flight, self.crossed = state["flight"], state["crossed"]
+        flight, crossed = state["flight"], state["crossed"]  # a checkpoint is read onto the CPU
+        self.flight = type(flight)(*(t.to(self.device) for t in flight.parts())) if flight is not None else None
+        self.crossed = crossed.to(self.device) if crossed is not None else None
 
 
 ALGOS.register("apg", APG)

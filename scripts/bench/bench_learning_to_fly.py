@@ -88,6 +88,10 @@ def run_ours(seed: int, extra: list[str], timeout_s: float, run_dir: Path, then:
         returncode, err, second = _train(cmd, timeout_s)
         wall += second
         commands.append(" ".join(cmd))
+    if not (judged / "metrics.jsonl").exists():  # a stage that did not start (its error is in stderr_tail)
+        return {"learner": "ours", "seed": seed, "command": " && ".join(commands), "returncode": returncode,
+                "process_wall_s": round(wall, 2), "solved": False, "stderr_tail": err.strip().splitlines()[-1:],
+                "run_dir": str(judged)}
     rows = [json.loads(line) for line in (judged / "metrics.jsonl").read_text().splitlines() if line.strip()]
     evals = [r for r in rows if "eval/success" in r]
     solved = next((r for r in rows if "solved/train_s" in r), None)
@@ -101,6 +105,8 @@ def run_ours(seed: int, extra: list[str], timeout_s: float, run_dir: Path, then:
         "learner": "ours", "seed": seed, "command": " && ".join(commands), "returncode": returncode,
         "process_wall_s": round(wall, 2),
         "solved": solved is not None,
+        # with a second stage: the first's env steps plus the second's (APG's are model steps), and the second's times
+        "first_stage_steps": steps_before if then is not None else None,
         "solved_at_env_steps": steps_before + solved["step"] if solved else None,
         "solved_train_s": round(solved["solved/train_s"], 2) if solved else None,
         "env_steps": steps_before + evals[-1]["step"] if evals else None,
