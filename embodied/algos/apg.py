@@ -94,6 +94,7 @@ class APG(Algorithm):
         self.steps_per_update = cfg.batch_size * cfg.horizon
         self.flight = None  # where the model's flights are (the model's ``Flight``), None before the first update
         self.crossed = None  # [N] bool: the flights of the last update that left the termination boundary
+        self.faults = 0  # updates skipped for a non-finite loss (a numerical fault in the model's flights)
 
     def act(self, obs: Obs) -> torch.Tensor:
         return self.pi.act(obs["policy"])
@@ -114,26 +115,30 @@ class APG(Algorithm):
         out = self.model.rollout(self.pi, self.flight, cfg.horizon, self.generator)
         self.flight, self.crossed = out.end.detach(), (out.margin < 0).any(0)
         loss = discounted_loss(out.reward, out.margin, cfg.gamma, cfg.barrier, cfg.barrier_margin)
+        if not bool(torch.isfinite(loss)):  # a numerical fault: no step on it, and every flight starts over
+            self.faults += 1
+            self.flight = None
+            return {"apg/faults": float(self.faults)}
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.pi.parameters(), cfg.max_grad_norm or float("inf"))
         self.opt.step()
         self.num_updates += 1
         return {"apg/loss": loss.item(), "apg/grad_norm": grad_norm.item(),
-                "apg/crossed": self.crossed.float().mean().item()}
+                "apg/crossed": self.crossed.float().mean().item(), "apg/faults": float(self.faults)}
 
     def actor(self) -> nn.Module:
         return self.pi
 
     def state_dict(self) -> dict:
         return {"pi": self.pi.state_dict(), "opt": self.opt.state_dict(), "generator": self.generator.get_state(),
-                "num_updates": self.num_updates, "flight": self.flight, "crossed": self.crossed}
+                "num_updates": self.num_updates, "flight": self.flight, "crossed": self.crossed, "faults": self.faults}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.pi.load_state_dict(state["pi"])
         self.opt.load_state_dict(state["opt"])
         self.generator.set_state(state["generator"])
-        self.num_updates = int(state["num_updates"])
+        self.num_updates, self.faults = int(state["num_updates"]), int(state["faults"])
         flight, crossed = state["flight"], state["crossed"]  # a checkpoint is read onto the CPU
         self.flight = type(flight)(*(t.to(self.device) for t in flight.parts())) if flight is not None else None
         self.crossed = crossed.to(self.device) if crossed is not None else None

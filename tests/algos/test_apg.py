@@ -51,6 +51,25 @@ def test_an_ensemble_of_apg_learners_counts_each_update_once(tmp_path):
     assert summary["step"] == 80  # two updates of 8 flights x 5 steps
 
 
+def test_a_non_finite_loss_is_a_counted_fault_without_a_step(tmp_path):
+    (tmp_path / "nan").mkdir()
+    algo = build(small(tmp_path, "nan", 80), tmp_path / "nan").algo
+    before = {k: v.clone() for k, v in algo.pi.state_dict().items()}
+    rollout = algo.model.rollout
+
+    def faulty(*args, **kw):  # a flight's state went non-finite
+        out = rollout(*args, **kw)
+        out.reward[3, 2] = float("nan")
+        return out
+
+    algo.model.rollout = faulty
+    assert algo.update() == {"apg/faults": 1.0} and algo.flight is None
+    assert all(torch.equal(v, algo.pi.state_dict()[k]) for k, v in before.items())
+    algo.model.rollout = rollout
+    metrics = algo.update()  # fresh flights, a normal step
+    assert metrics["apg/faults"] == 1.0 and algo.flight is not None and algo.num_updates == 1
+
+
 def test_a_task_without_a_model_is_refused(tmp_path):
     cfg = load_config("pendulum", "debug", [*QUIET, "algo=apg"])
     with pytest.raises(UserError, match="differentiable model"):
