@@ -76,15 +76,18 @@ def run_ours(seed: int, extra: list[str], timeout_s: float, run_dir: Path, then:
     ``algo=apg``) whose walls and steps add up, and whose second stage is judged (stop rule, fresh check)."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    base = ["embodied", "train", "--task", "quadrotor-hover", f"seed={seed}", "log.progress=false"]
-    cmd = [*base[:4], "--run-dir", str(run_dir), *base[4:], *extra]
+    def command(into: Path, overrides: list[str]) -> list[str]:
+        return ["embodied", "train", "--task", "quadrotor-hover", "--run-dir", str(into), f"seed={seed}",
+                "log.progress=false", *overrides]
+
+    cmd = command(run_dir, extra)
     returncode, err, wall = _train(cmd, timeout_s)
     commands, steps_before, judged = [" ".join(cmd)], 0, run_dir
     if then is not None and returncode == 0:
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
         steps_before = max(r["step"] for r in rows)
         judged = run_dir / "then"
-        cmd = [*base[:4], "--run-dir", str(judged), *base[4:], f"init={run_dir}", *then]
+        cmd = command(judged, [f"init={run_dir}", *then])
         returncode, err, second = _train(cmd, timeout_s)
         wall += second
         commands.append(" ".join(cmd))

@@ -249,14 +249,20 @@ def advance_average(average: torch.Tensor, pos: torch.Tensor, first: torch.Tenso
     return torch.where(first[:, None], pos, average * decay + pos * (1.0 - decay))
 
 
-def reward_terms(w: RewardWeights, x: torch.Tensor, action: torch.Tensor, hover_action: float) -> dict:
-    """The reward's shaped terms ``[N]`` each (no termination, no floor) at state ``x [N, 17]`` after ``action``."""
-    pos = x[:, 0:3]
+def rpm_command(action: torch.Tensor, rpm_max: float) -> torch.Tensor:
+    """Commanded rotor speeds [1/min] of normalized actions in [-1, 1]: -1 stops a rotor, +1 is ``rpm_max``."""
+    return (action + 1.0) * (0.5 * rpm_max)
+
+
+def reward_terms(w: RewardWeights, x: torch.Tensor, dist: torch.Tensor, action: torch.Tensor,
+                 hover_action: float) -> dict:
+    """The reward's shaped terms ``[N]`` each (no termination, no floor) at state ``x [N, 17]``, its distance from the
+    set-point ``dist [N]``, after ``action``."""
     s = w.scale
     return {
         "constant": torch.full((x.shape[0],), w.constant, device=x.device, dtype=x.dtype),
-        "position": -s * w.position * position_l2(pos),
-        "position_abs": -s * w.position_abs * pos.norm(dim=1),
+        "position": -s * w.position * position_l2(x[:, 0:3]),
+        "position_abs": -s * w.position_abs * dist,
         "orientation": -s * w.orientation * orientation_qw(x[:, 3:7]),
         "lin_vel": -s * w.lin_vel * lin_vel_l2(x[:, 7:10]),
         "action": -s * w.action * action_l2(action.clamp(-1, 1), hover_action),
@@ -367,7 +373,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
     def _apply_action(self, action: torch.Tensor) -> None:
         a = action.clamp(-1.0, 1.0)
         self.actions.copy_(torch.cat([self.actions[:, 4:], a], 1))  # in place: the fused path holds a view
-        self.sim.step((a + 1.0) * (0.5 * self.params.rpm_max))
+        self.sim.step(rpm_command(a, self.params.rpm_max))
         self.total_env_steps += self.num_envs
         self._advance_curriculum()
 
@@ -405,7 +411,7 @@ class QuadrotorHoverEnv(ManagedVecEnv):
         dist = sim.pos_w.norm(dim=1)
         outside = dist > self.cfg.success_radius
         self.last_outside.copy_(torch.where(outside, self.episode_length, self.last_outside))
-        terms = reward_terms(w, sim.x, action, self.hover_action)
+        terms = reward_terms(w, sim.x, dist, action, self.hover_action)
         terminated = dist > self.cfg.termination_radius
         terms["termination"] = -w.termination_penalty * terminated.float()
         terms["floor"] = self._floor_term(terms)
@@ -657,9 +663,10 @@ def strict_eval_config(cfg: QuadrotorHoverConfig) -> QuadrotorHoverConfig:
 
 
 def _model(env_cfg: QuadrotorHoverConfig, num_envs: int, device, seed: int):
-    from embodied.tasks.quadrotor.model import hover_model  # it builds on this module
+    """``TaskSpec.model``: a model of ``num_envs`` flights at a time, with the settings of ``env_cfg``."""
+    from embodied.tasks.quadrotor.model import HoverModel  # it builds on this module
 
-    return hover_model(env_cfg, num_envs, device, seed)
+    return HoverModel(QuadrotorHoverEnv(env_cfg, num_envs, device, seed))
 
 
 register_task(

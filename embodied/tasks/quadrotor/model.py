@@ -18,6 +18,7 @@ from embodied.tasks.quadrotor.hover import (
     clean_observation,
     observation_noise,
     reward_terms,
+    rpm_command,
 )
 
 
@@ -96,15 +97,13 @@ class HoverModel:
             action = actor(torch.cat(parts, 1))
             a = action.clamp(-1.0, 1.0)
             hist = torch.cat([hist[:, 4:], a], 1)
-            x = rk4_step_torch(x, p, ((a + 1.0) * (0.5 * self.rpm_max)).clamp(0.0, self.rpm_max), self.dt)
+            u = rpm_command(a, self.rpm_max).clamp(0.0, self.rpm_max)  # clipped as QuadrotorSim.step clips
+            x = rk4_step_torch(x, p, u, self.dt)
             steps = steps + 1
-            rewards.append(sum(reward_terms(env.weights, x, action, env.hover_action).values()))
-            margins.append(env.cfg.termination_radius - x[:, 0:3].norm(dim=1))
+            dist = x[:, 0:3].norm(dim=1)
+            rewards.append(sum(reward_terms(env.weights, x, dist, action, env.hover_action).values()))
+            margins.append(env.cfg.termination_radius - dist)
             states.append(x)
         return Rollout(torch.stack(rewards), torch.stack(margins), torch.stack(states),
                        Flight(x, p, scale, hist, average, steps))
 
-
-def hover_model(env_cfg, num_envs: int, device, seed: int) -> HoverModel:
-    """``TaskSpec.model``: a model of ``num_envs`` flights at a time, with the settings of ``env_cfg``."""
-    return HoverModel(QuadrotorHoverEnv(env_cfg, num_envs, device, seed))
