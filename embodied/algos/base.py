@@ -56,6 +56,28 @@ class BuildContext:
         return [images[0][0].start, *images[0][1]] if images else None
 
 
+def policy_group(policy: Any, symmetry: Any) -> list | None:
+    """The group spec an actor is built equivariant under: the task's ``symmetry`` where ``policy.symmetrize``, else
+    None; symmetrize on a task without a group is a UserError."""
+    if not policy.symmetrize:
+        return None
+    if symmetry is None:
+        from embodied.core.errors import UserError
+
+        raise UserError("policy.symmetrize needs a task that declares a symmetry group")
+    return symmetry.to_spec()
+
+
+def deterministic_actor(policy: Any, obs_dim: int, act_dim: int, symmetry: Any = None) -> nn.Module:
+    """The deterministic actor of the learners that share TD3's policy (td3, apg, distill): ``policy.actor_hidden``,
+    its activation and observation normalization, equivariant under ``policy_group``. One construction, so a run of
+    one initializes (``init=RUN``) and exports like a run of another."""
+    from embodied.policies import DeterministicActor
+
+    return DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization,
+                              group=policy_group(policy, symmetry))
+
+
 class Starts(NamedTuple):
     """The starts of an episodic rollout: the envs reset from per-env seeds ``[N]`` (envs sharing a seed share their
     start exactly), in a suite each told its task ``tasks [N]`` where given (``VecEnv.reset_envs``); then envs

@@ -17,11 +17,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from embodied.algos.base import OFF_POLICY, Algorithm, BuildContext, Obs, Transition
+from embodied.algos.base import OFF_POLICY, Algorithm, BuildContext, Obs, Transition, deterministic_actor
 from embodied.algos.optim import FusedAdam, clip_grad_norm_
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
-from embodied.policies import DeterministicActor, EnsembleActor, build_policy
+from embodied.policies import EnsembleActor, build_policy
 
 
 @dataclass
@@ -75,9 +75,7 @@ class Distill(Algorithm):
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(ctx.seed)
         torch.manual_seed(ctx.seed)
-        group = ctx.symmetry.to_spec() if ctx.policy.symmetrize and ctx.symmetry is not None else None
-        self.pi = DeterministicActor(obs_dim, act_dim, ctx.policy.actor_hidden, ctx.policy.activation,
-                                     ctx.policy.obs_normalization, group=group).to(self.device)
+        self.pi = deterministic_actor(ctx.policy, obs_dim, act_dim, ctx.symmetry).to(self.device)
         self._params = list(self.pi.parameters())
         self.opt = FusedAdam([{"params": self._params, "lr": cfg.lr}])
         self.capacity = min(cfg.buffer_size, ctx.total_steps) if ctx.total_steps else cfg.buffer_size

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from embodied.algos.base import policy_group
 from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from embodied.config import PolicyConfig
 from embodied.core.registry import ALGOS
@@ -33,7 +34,7 @@ class SAC(OffPolicyAlgorithm):
         self.log_alpha = torch.tensor(math.log(self.cfg.init_alpha), device=self.device, requires_grad=True)
         self.target_entropy = float(self.cfg.target_entropy if self.cfg.target_entropy is not None else -act_dim)
         return SquashedGaussianActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization,
-                                     group=self.symmetry.to_spec() if policy.symmetrize else None)
+                                     group=policy_group(policy, self.symmetry))
 
     def _extra_param_groups(self) -> list[dict]:
         return [{"params": [self.log_alpha], "lr": self.cfg.lr_alpha, "weight_decay": 0.0}]

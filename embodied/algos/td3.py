@@ -15,13 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from embodied.algos.base import MAIN_STREAM, Transition
+from embodied.algos.base import MAIN_STREAM, Transition, deterministic_actor
 from embodied.algos.noise import ar1_step, check_correlation
 from embodied.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
-from embodied.policies import DeterministicActor
 
 
 @dataclass
@@ -72,8 +71,7 @@ class TD3(OffPolicyAlgorithm):
         return td3_kernel.FusedStep(self, seed)
 
     def _make_actor(self, obs_dim: int, act_dim: int, policy: PolicyConfig):
-        actor = DeterministicActor(obs_dim, act_dim, policy.actor_hidden, policy.activation, policy.obs_normalization,
-                                   group=self.symmetry.to_spec() if policy.symmetrize else None)
+        actor = deterministic_actor(policy, obs_dim, act_dim, self.symmetry)
         self.pi_target = copy.deepcopy(actor).to(self.device).requires_grad_(False)
         self._pit_params = list(self.pi_target.parameters())
         hi = self.cfg.exploration_noise_max

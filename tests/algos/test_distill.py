@@ -73,6 +73,8 @@ def test_one_teacher_and_bad_teachers(teachers, tmp_path):
         load_teacher(str(tmp_path / "no_such_run"), 2, 2)
     with pytest.raises(UserError, match="teacher"):
         load_teacher(" , ", 2, 2)
+    with pytest.raises(UserError, match="symmetry group"):  # target declares none: refused, as td3 and apg refuse it
+        _distill(teachers, tmp_path, "sym", ["policy.symmetrize=true"])
 
 
 def test_student_learns_target_from_two_teachers(teachers, tmp_path, floors):
