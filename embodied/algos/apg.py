@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from embodied.algos.base import OFFLINE, Algorithm, BuildContext, Obs, Transition, deterministic_actor
+from embodied.algos.optim import anneal_linear, check_lr_schedule
 from embodied.core.errors import UserError
 from embodied.core.registry import ALGOS
 
@@ -35,6 +36,7 @@ from embodied.core.registry import ALGOS
 @dataclass
 class APGConfig:
     lr: float = 1e-3
+    lr_schedule: str = "constant"  # constant | linear (to 0 at total_steps, by the model steps flown)
     # flights per update. quadrotor-hover, randomized plants, from seeds 0-4's 200k TD3 policies (0.934 mean on 2000
     # strict starts), 99,840 model steps at restart 0.5: 64 -> 0.950, 32 -> 0.954, 16 -> 0.957, 8 -> ~0.955 (seeds
     # 0-3; twice 16's wall); TD3 alone at 300k env steps: 0.944 (closing note of stop 80)
@@ -86,6 +88,8 @@ class APG(Algorithm):
             raise UserError(f"apg.start_distribution is eval or train, got {cfg.start_distribution!r}")
         self.model = ctx.model(cfg.batch_size, cfg.start_distribution)
         self.opt = torch.optim.Adam(self.pi.parameters(), lr=cfg.lr)
+        check_lr_schedule("apg.lr_schedule", cfg.lr_schedule)
+        self.total_steps = ctx.total_steps
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(ctx.seed)
         self.steps_per_update = cfg.batch_size * cfg.horizon
@@ -116,6 +120,8 @@ class APG(Algorithm):
             self.faults += 1
             self.flight = None
             return {"apg/faults": float(self.faults)}
+        if cfg.lr_schedule == "linear" and self.total_steps:  # by the model steps flown before this update
+            anneal_linear(self.opt.param_groups, [cfg.lr], self.num_updates * self.steps_per_update, self.total_steps)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.pi.parameters(), cfg.max_grad_norm or float("inf"))

@@ -23,7 +23,7 @@ from embodied.algos.base import (
     critic_dim,
     critic_obs,
 )
-from embodied.algos.optim import FusedAdam, clip_grad_norm_
+from embodied.algos.optim import FusedAdam, anneal_linear, check_lr_schedule, clip_grad_norm_
 from embodied.algos.replay import NStepReturns, ReplayBuffer
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
@@ -92,8 +92,7 @@ class OffPolicyAlgorithm(Algorithm):
                             f"{type(action_space).__name__}; use algo=ppo")
         if (cfg.symmetry_augmentation or policy.symmetrize) and symmetry is None:
             raise UserError("symmetry_augmentation / policy.symmetrize need a task that declares a symmetry group")
-        if cfg.lr_schedule not in ("constant", "linear"):
-            raise UserError(f"lr_schedule must be constant or linear, got {cfg.lr_schedule!r}")
+        check_lr_schedule("lr_schedule", cfg.lr_schedule)
         if cfg.average_tau is not None and not 0 < cfg.average_tau <= 1:
             raise UserError(f"average_tau is the averaged actor's rate: in (0, 1], got {cfg.average_tau}")
         self.symmetry = symmetry.to(self.device) if symmetry is not None else None
@@ -272,9 +271,7 @@ class OffPolicyAlgorithm(Algorithm):
     def update(self) -> dict[str, torch.Tensor]:
         metrics: dict[str, torch.Tensor] = {}
         if self.cfg.lr_schedule == "linear" and self.total_steps and self._credit >= 1.0:
-            frac = max(0.0, 1.0 - self.num_observed / self.total_steps)
-            for group, lr in zip(self.opt.groups, self._base_lr):
-                group["lr"] = lr * frac
+            anneal_linear(self.opt.groups, self._base_lr, self.num_observed, self.total_steps)
         while self._credit >= 1.0:
             self._credit -= 1.0
             metrics = self._gradient_step()

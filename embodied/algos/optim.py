@@ -62,3 +62,22 @@ def clip_grad_norm_(grads: Sequence[torch.Tensor], max_norm: float) -> torch.Ten
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
     return norm
+
+
+LR_SCHEDULES = ("constant", "linear")
+
+
+def check_lr_schedule(name: str, schedule: str) -> None:
+    """``schedule`` is one of LR_SCHEDULES; else a UserError naming the setting ``name``."""
+    if schedule not in LR_SCHEDULES:
+        from embodied.core.errors import UserError
+
+        raise UserError(f"{name} must be constant or linear, got {schedule!r}")
+
+
+def anneal_linear(groups: Sequence[dict], base_lrs: Sequence[float], done: float, total: float) -> None:
+    """Each group's learning rate at ``done`` of ``total`` steps of a linear schedule: its base rate falling to 0 at
+    ``total`` (CleanRL's anneal_lr)."""
+    frac = max(0.0, 1.0 - done / total)
+    for group, lr in zip(groups, base_lrs):
+        group["lr"] = lr * frac

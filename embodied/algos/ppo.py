@@ -14,6 +14,7 @@ from torch import nn
 from embodied.algos.base import ON_POLICY, Algorithm, BuildContext, Obs, Transition, critic_dim, critic_obs
 from embodied.algos.cotrain import CotrainConfig, cotraining
 from embodied.algos.gae import explained_variance, gae
+from embodied.algos.optim import anneal_linear, check_lr_schedule
 from embodied.config import PolicyConfig
 from embodied.core.errors import UserError
 from embodied.core.pixels import PixelPacker
@@ -132,8 +133,7 @@ class PPO(Algorithm):
         self.v = ValueCritic(cdim, policy.critic_hidden, policy.activation, policy.obs_normalization,
                              image=critic_image).to(self.device)
         self.params = [*self.pi.parameters(), *self.v.parameters()]
-        if cfg.lr_schedule not in ("constant", "linear"):
-            raise UserError(f"ppo.lr_schedule must be constant or linear, got {cfg.lr_schedule!r}")
+        check_lr_schedule("ppo.lr_schedule", cfg.lr_schedule)
         self.opt = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
         self.demos = None  # co-training on demonstrations (``bc_coef``), set by ``build``
         self.total_steps, self.batch_steps = total_steps, num_envs * cfg.num_steps
@@ -194,9 +194,8 @@ class PPO(Algorithm):
         batch = actions.shape[0]
         mb = batch // cfg.num_minibatches
         if cfg.lr_schedule == "linear" and self.total_steps:  # by the env steps done before this update
-            frac = max(0.0, 1.0 - self.num_updates * self.batch_steps / self.total_steps)
-            for group in self.opt.param_groups:
-                group["lr"] = cfg.lr * frac
+            anneal_linear(self.opt.param_groups, [cfg.lr] * len(self.opt.param_groups),
+                          self.num_updates * self.batch_steps, self.total_steps)
         stats = {"ppo/policy_loss": 0.0, "ppo/value_loss": 0.0, "ppo/entropy": 0.0, "ppo/approx_kl": 0.0,
                  "ppo/clip_frac": 0.0}
         count, stop = 0, False

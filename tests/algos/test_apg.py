@@ -70,6 +70,16 @@ def test_a_non_finite_loss_is_a_counted_fault_without_a_step(tmp_path):
     assert metrics["apg/faults"] == 1.0 and algo.flight is not None and algo.num_updates == 1
 
 
+def test_a_linear_schedule_anneals_the_rate_by_the_model_steps_flown(tmp_path):
+    (tmp_path / "lin").mkdir()
+    algo = build(small(tmp_path, "lin", 160, ["apg.lr=2e-3", "apg.lr_schedule=linear"]), tmp_path / "lin").algo
+    for k in range(3):  # each update flies 40 of the run's 160 model steps; the rate is set before its step
+        algo.update()
+        assert algo.opt.param_groups[0]["lr"] == pytest.approx(2e-3 * (1 - 40 * k / 160), rel=1e-12)
+    with pytest.raises(UserError, match="apg.lr_schedule must be constant or linear"):
+        build(small(tmp_path, "bad", 160, ["apg.lr_schedule=cosine"]), tmp_path / "lin")
+
+
 def test_a_task_without_a_model_is_refused(tmp_path):
     cfg = load_config("pendulum", "debug", [*QUIET, "algo=apg"])
     with pytest.raises(UserError, match="differentiable model"):
