@@ -8,12 +8,16 @@ around a mean that the elites move), the policy alone afterwards. The plant, its
 start's own (the same seed), so a found offset sequence is a controller that flies that start (the observation noise
 is drawn anew each rollout: a success is a flight, not a replay). The search stops for a start at its first success.
 
+``--eval-seed S`` searches the starts of ``embodied eval --run RUN --episodes N --seed S`` instead (the evaluation
+env's own reset from ``S``, states, plants and disturbances copied into the search's envs): whether a fresh
+100-start check can be passed at all.
+
 The figure is ``feasible_at_least``: the share of starts flown by the policy or by a found controller. Starts that
 no search flew are not proven impossible; they are listed by tilt, vertical velocity and (randomized plants)
 thrust-to-weight. Prints one JSON.
 
     python scripts/bench/bench_hover_feasibility.py RUN [--episodes 2000] [--population 64] [--iterations 8]
-        [--window 1.0] [--knot 5] [--batch 32] [--out FILE]
+        [--window 1.0] [--knot 5] [--batch 32] [--eval-seed S] [--out FILE]
 """
 
 from __future__ import annotations
@@ -33,12 +37,34 @@ from bench_hover_ceiling import TILT_BINS, TW_BINS, VZ_BINS, binned, load  # noq
 SEED0 = 777001  # the starts' seeds are SEED0 + 0, 1, ... (reset_envs: a start is its seed's alone)
 
 
+class Captured:
+    """The starts of an evaluation env reset from ``seed`` (``embodied eval --seed``): start ``i`` is its env ``i``'s
+    state, plant (disturbance included) and noise factor, put into any env of the torch path."""
+
+    def __init__(self, env, seed: int):
+        env.reset(seed=seed)
+        self.x, self.p, self.noise = env.sim.x.clone(), env.sim.p.clone(), env.noise_scale.clone()
+
+    def __call__(self, env, ids: torch.Tensor):
+        env.reset()  # episode bookkeeping as at a start; the noise stream goes on
+        every = torch.arange(env.num_envs)
+        env.sim.set_state_idx(every, self.x[ids])
+        env.sim.set_params_idx(every, self.p[ids])
+        env.noise_scale.copy_(self.noise[ids])
+        return env._keep_average(env._observe())
+
+
+def by_seed(env, seeds: torch.Tensor):
+    return env.reset_envs(seeds)
+
+
 @torch.no_grad()
-def fly(env, policy, seeds: torch.Tensor, offsets: torch.Tensor | None = None, knot: int = 5):
-    """Each env's first episode from its seed, the policy acting plus ``offsets [N, K, 4]`` (normalized action units,
-    knot ``k`` over steps ``k * knot ... (k + 1) * knot - 1``). Returns success ``[N]``, steps survived ``[N]``, the
-    critic observation at the start ``[N, C]`` and the final distance to the set-point ``[N]``."""
-    obs = env.reset_envs(seeds)
+def fly(env, policy, seeds: torch.Tensor, offsets: torch.Tensor | None = None, knot: int = 5, place=by_seed):
+    """Each env's first episode from its start (``place(env, seeds)``: by default each start is its seed's), the policy
+    acting plus ``offsets [N, K, 4]`` (normalized action units, knot ``k`` over steps ``k * knot ... (k + 1) * knot -
+    1``). Returns success ``[N]``, steps survived ``[N]``, the critic observation at the start ``[N, C]`` and the final
+    distance to the set-point ``[N]``."""
+    obs = place(env, seeds)
     start = obs["critic"].clone()
     policy.reset()
     n = env.num_envs
@@ -62,7 +88,7 @@ def fly(env, policy, seeds: torch.Tensor, offsets: torch.Tensor | None = None, k
 
 
 def search(env, policy, seeds: torch.Tensor, population: int, iterations: int, knots: int, knot: int,
-           std0: float, elites: int) -> tuple[torch.Tensor, torch.Tensor]:
+           std0: float, elites: int, place=by_seed) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy search over open-loop offsets for each start of ``seeds [B]`` (``population`` rollouts a start
     an iteration). Returns found ``[B]`` bool and the iteration it was found at (-1: never)."""
     b = seeds.numel()
@@ -74,7 +100,7 @@ def search(env, policy, seeds: torch.Tensor, population: int, iterations: int, k
         eps = torch.randn(b, population, knots, 4, generator=gen)
         eps[:, 0] = 0.0  # the mean itself is always flown
         offsets = mean[:, None] + std[:, None] * eps
-        success, steps, _, dist = fly(env, policy, rows, offsets.reshape(b * population, knots, 4), knot)
+        success, steps, _, dist = fly(env, policy, rows, offsets.reshape(b * population, knots, 4), knot, place)
         success, steps, dist = (v.reshape(b, population) for v in (success, steps, dist))
         new = success.any(1) & ~found
         at[new] = it
@@ -100,6 +126,8 @@ def main() -> None:
     ap.add_argument("--std", type=float, default=0.5, help="the offsets' first std (normalized action units)")
     ap.add_argument("--elites", type=int, default=8)
     ap.add_argument("--batch", type=int, default=32, help="starts searched at once")
+    ap.add_argument("--eval-seed", type=int, default=None,
+                    help="search the starts of `embodied eval --run RUN --episodes EPISODES --seed S`")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     from embodied.evaluate import make_eval_env
@@ -107,11 +135,13 @@ def main() -> None:
     from embodied.tasks.quadrotor.hover import DR_CRITIC, DR_LOG
 
     policy, cfg, step = load(Path(args.run))
+    place, seeds = by_seed, SEED0 + torch.arange(args.episodes)
+    if args.eval_seed is not None:  # the evaluation's env, as `embodied eval` builds it (its own kernel)
+        place, seeds = Captured(make_eval_env(cfg, num_envs=args.episodes), args.eval_seed), torch.arange(args.episodes)
     cfg.env = dataclasses.replace(cfg.env, kernel="torch")  # reset_envs: each start from its own seed
     t0 = time.perf_counter()
     env = make_eval_env(cfg, num_envs=args.episodes)
-    seeds = SEED0 + torch.arange(args.episodes)
-    success, _, start, _ = fly(env, policy, seeds)
+    success, _, start, _ = fly(env, policy, seeds, place=place)
     policy_s = time.perf_counter() - t0
     failed = seeds[~success]
     knots = max(1, round(args.window / QuadrotorParams().dt / args.knot))
@@ -122,7 +152,7 @@ def main() -> None:
         chunk = failed[i:i + args.batch]
         big = make_eval_env(cfg, num_envs=chunk.numel() * args.population)
         found[i:i + args.batch], at[i:i + args.batch] = search(
-            big, policy, chunk, args.population, args.iterations, knots, args.knot, args.std, args.elites)
+            big, policy, chunk, args.population, args.iterations, knots, args.knot, args.std, args.elites, place)
         print(f"searched {i + chunk.numel()}/{failed.numel()}: found {int(found.sum())} "
               f"({time.perf_counter() - t1:.0f} s)", file=sys.stderr, flush=True)
     flown = success.clone()
@@ -141,6 +171,7 @@ def main() -> None:
                  "unflown_inertia": [round(v, 2) for v in logf["inertia_xx"][never].exp().tolist()]}
     never = ~flown
     emit({"bench": "hover_feasibility", "machine": machine_info(), "run": args.run, "step": step,
+          "starts": f"embodied eval --seed {args.eval_seed}" if args.eval_seed is not None else f"seeds {SEED0}+",
           "domain_randomization": cfg.env.domain_randomization.enabled, "episodes": args.episodes,
           "search": {"population": args.population, "iterations": args.iterations, "window_s": args.window,
                      "knot_steps": args.knot, "std": args.std, "elites": args.elites},
